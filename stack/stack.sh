@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# The local stack: Apache Kafka (KRaft, one combined node) and Apache Cassandra (one node),
+# from Maven Central jars, on 127.0.0.1 only. No Docker.
+#
+#   stack.sh up       fetch jars (cached), start both, wait until truly ready; idempotent
+#   stack.sh down     stop exactly the processes `up` started (by pid file)
+#   stack.sh reset    down, then wipe both data dirs
+#   stack.sh status   what runs, where the logs are
+#   stack.sh fetch    only download the jars
+#
+# Environment (all optional):
+#   LIKES_CACHE       jar cache and default state dir root   (~/.cache/likes)
+#   LIKES_STACK_DIR   data, logs and pid files               ($LIKES_CACHE/stack)
+#   KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (9093) CQL_PORT (9042) CASSANDRA_STORAGE_PORT (7000)
+#   KAFKA_HEAP (512m) CASSANDRA_HEAP (1g)
+set -euo pipefail
+
+KAFKA_VERSION=4.1.1
+CASSANDRA_VERSION=5.0.6
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${LIKES_CACHE:-$HOME/.cache/likes}"
+STATE="${LIKES_STACK_DIR:-$CACHE/stack}"
+KAFKA_PORT="${KAFKA_PORT:-9092}"
+KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-9093}"
+CQL_PORT="${CQL_PORT:-9042}"
+CASSANDRA_STORAGE_PORT="${CASSANDRA_STORAGE_PORT:-7000}"
+KAFKA_HEAP="${KAFKA_HEAP:-512m}"
+CASSANDRA_HEAP="${CASSANDRA_HEAP:-1g}"
+KAFKA_JARS="$CACHE/jars/kafka-$KAFKA_VERSION"
+CASSANDRA_JARS="$CACHE/jars/cassandra-$CASSANDRA_VERSION"
+
+say() { printf 'stack: %s\n' "$*"; }
+die() { printf 'stack: error: %s\n' "$*" >&2; exit 1; }
+
+need_tools() {
+  command -v java >/dev/null || die "java not found: install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless)"
+  local major
+  major="$(java -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2}')"
+  [[ "$major" == 17 ]] || die "java $major found, Cassandra 5.0 and Kafka 4 here need Java 17 (set PATH or JAVA_HOME)"
+  command -v python3 >/dev/null || die "python3 not found (used for readiness probes): apt-get install python3"
+}
+
+# Resolve one Maven profile of stack/pom.xml into a jar dir, once; later calls are instant.
+fetch_profile() {
+  local profile="$1" dest="$2"
+  [[ -f "$dest/.complete" ]] && return 0
+  command -v mvn >/dev/null || die "mvn not found: needed once to fetch jars (Debian: apt-get install maven)"
+  say "fetching $profile jars from Maven Central into $dest (once)"
+  rm -rf "$dest.tmp"
+  if ! mvn -q -B -f "$HERE/pom.xml" -P"$profile" \
+      -Dkafka.version="$KAFKA_VERSION" -Dcassandra.version="$CASSANDRA_VERSION" \
+      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$dest.tmp" \
+      >"$CACHE/fetch-$profile.log" 2>&1; then
+    tail -20 "$CACHE/fetch-$profile.log" >&2
+    die "could not fetch $profile jars (full log: $CACHE/fetch-$profile.log)"
+  fi
+  touch "$dest.tmp/.complete"
+  mv "$dest.tmp" "$dest"
+}
+
+fetch() {
+  mkdir -p "$CACHE/jars"
+  fetch_profile kafka "$KAFKA_JARS"
+  fetch_profile cassandra "$CASSANDRA_JARS"
+}
+
+pid_alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+port_free() {
+  local port="$1" what="$2"
+  if python3 "$HERE/probe.py" port "127.0.0.1:$port" >/dev/null 2>&1; then
+    printf 'stack: error: port %s (%s) is already taken by another process; free it or set the port variable (see stack/stack.sh)\n' "$port" "$what" >&2
+    return 1
+  fi
+}
+
+render() {  # template -> file, filling in the placeholders
+  sed -e "s#@STATE@#$STATE#g" -e "s#@KAFKA_PORT@#$KAFKA_PORT#g" \
+      -e "s#@CONTROLLER_PORT@#$KAFKA_CONTROLLER_PORT#g" -e "s#@CQL_PORT@#$CQL_PORT#g" \
+      -e "s#@STORAGE_PORT@#$CASSANDRA_STORAGE_PORT#g" "$1" >"$2"
+}
+
+# wait_ready NAME PIDFILE LOG TIMEOUT PROBE-ARGS...
+wait_ready() {
+  local name="$1" pidfile="$2" log="$3" timeout="$4"; shift 4
+  local start=$SECONDS out
+  while ((SECONDS - start < timeout)); do
+    if out="$(python3 "$HERE/probe.py" "$@" 2>/dev/null)"; then
+      say "$out (ready after $((SECONDS - start)) s)"
+      return 0
+    fi
+    if ! pid_alive "$pidfile"; then
+      say "$name exited during start; last lines of $log:" >&2
+      tail -30 "$log" >&2 || true
+      return 1
+    fi
+    sleep 1
+  done
+  say "$name not ready after ${timeout} s; last lines of $log:" >&2
+  tail -30 "$log" >&2 || true
+  return 1
+}
+
+start_kafka() {
+  local pidfile="$STATE/kafka.pid" log="$STATE/logs/kafka/stdout.log"
+  if pid_alive "$pidfile"; then say "kafka already running (pid $(cat "$pidfile"))"; return 0; fi
+  port_free "$KAFKA_PORT" kafka || return 1
+  port_free "$KAFKA_CONTROLLER_PORT" "kafka controller" || return 1
+  mkdir -p "$STATE/kafka" "$STATE/logs/kafka"
+  render "$HERE/kafka/server.properties" "$STATE/kafka/server.properties"
+  local cp="$KAFKA_JARS/*"
+  if [[ ! -f "$STATE/kafka/data/meta.properties" ]]; then
+    local cluster_id
+    cluster_id="$(python3 -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode())')"
+    java -cp "$cp" -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
+      -Dkafka.logs.dir="$STATE/logs/kafka" kafka.tools.StorageTool format \
+      -t "$cluster_id" -c "$STATE/kafka/server.properties" >"$STATE/logs/kafka/format.log" 2>&1 \
+      || { cat "$STATE/logs/kafka/format.log" >&2; say "kafka storage format failed" >&2; return 1; }
+    say "kafka storage formatted (cluster $cluster_id)"
+  fi
+  STARTED+=(kafka)
+  setsid nohup java -Xms"$KAFKA_HEAP" -Xmx"$KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -Djava.awt.headless=true -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
+    -Dkafka.logs.dir="$STATE/logs/kafka" -cp "$cp" kafka.Kafka "$STATE/kafka/server.properties" \
+    >"$log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+  say "kafka starting (pid $!), log: $STATE/logs/kafka/server.log"
+}
+
+cassandra_jvm_opts() {
+  cat <<OPTS
+-Xms$CASSANDRA_HEAP
+-Xmx$CASSANDRA_HEAP
+-Xss512k
+-XX:+UseG1GC
+-XX:+ParallelRefProcEnabled
+-XX:MaxTenuringThreshold=1
+-XX:G1HeapRegionSize=16m
+-XX:MaxGCPauseMillis=300
+-XX:+ExitOnOutOfMemoryError
+-XX:HeapDumpPath=$STATE/logs/cassandra
+-javaagent:$CASSANDRA_JARS/jamm-0.4.0.jar
+-Djava.awt.headless=true
+-Dcassandra-foreground=yes
+-Dcassandra.config=file://$STATE/cassandra/cassandra.yaml
+-Dcassandra.storagedir=$STATE/cassandra
+-Dcassandra.logdir=$STATE/logs/cassandra
+-Dlogback.configurationFile=$HERE/cassandra/logback.xml
+-Dcassandra.skip_wait_for_gossip_to_settle=0
+-Dcassandra.ring_delay_ms=1000
+-Djdk.attach.allowAttachSelf=true
+-Dio.netty.tryReflectionSetAccessible=true
+-Dio.netty.allocator.useCacheForAllThreads=true
+-Dio.netty.allocator.maxOrder=11
+OPTS
+  cat "$HERE/cassandra/jvm17.options"
+}
+
+start_cassandra() {
+  local pidfile="$STATE/cassandra.pid" log="$STATE/logs/cassandra/stdout.log"
+  if pid_alive "$pidfile"; then say "cassandra already running (pid $(cat "$pidfile"))"; return 0; fi
+  port_free "$CQL_PORT" "cassandra CQL" || return 1
+  port_free "$CASSANDRA_STORAGE_PORT" "cassandra storage" || return 1
+  mkdir -p "$STATE/cassandra" "$STATE/logs/cassandra"
+  render "$HERE/cassandra/cassandra.yaml" "$STATE/cassandra/cassandra.yaml"
+  local opts=()
+  while IFS= read -r line; do
+    [[ -z "$line" || "$line" == \#* ]] || opts+=("$line")
+  done < <(cassandra_jvm_opts)
+  STARTED+=(cassandra)
+  setsid nohup java "${opts[@]}" -cp "$CASSANDRA_JARS/*" org.apache.cassandra.service.CassandraDaemon \
+    >"$log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+  say "cassandra starting (pid $!), log: $STATE/logs/cassandra/system.log"
+}
+
+stop_one() {
+  local name="$1" pidfile="$STATE/$1.pid"
+  if ! pid_alive "$pidfile"; then rm -f "$pidfile"; say "$name not running"; return 0; fi
+  local pid; pid="$(cat "$pidfile")"
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$pid" 2>/dev/null; then
+    say "$name (pid $pid) ignored SIGTERM for 30 s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+  fi
+  rm -f "$pidfile"
+  say "$name stopped (pid $pid)"
+}
+
+STARTED=()
+# On any failure, stop only what this call started: nothing is left half-started, and a
+# service that was already running before the call is left alone.
+abort_up() {
+  local name
+  for name in "${STARTED[@]}"; do stop_one "$name"; done
+  die "$1"
+}
+
+up() {
+  need_tools
+  mkdir -p "$STATE/logs"
+  fetch
+  local started=$SECONDS
+  # Started side by side: Cassandra's start is the long pole.
+  start_cassandra || abort_up "cassandra did not start"
+  start_kafka || abort_up "kafka did not start; stopped what this call started"
+  wait_ready kafka "$STATE/kafka.pid" "$STATE/logs/kafka/server.log" 90 kafka "127.0.0.1:$KAFKA_PORT" \
+    || abort_up "kafka did not become ready; stopped what this call started"
+  wait_ready cassandra "$STATE/cassandra.pid" "$STATE/logs/cassandra/system.log" 240 cql "127.0.0.1:$CQL_PORT" \
+    || abort_up "cassandra did not become ready; stopped what this call started"
+  say "up in $((SECONDS - started)) s: kafka 127.0.0.1:$KAFKA_PORT, cql 127.0.0.1:$CQL_PORT; logs under $STATE/logs"
+}
+
+down() {
+  stop_one kafka
+  stop_one cassandra
+}
+
+reset() {
+  down
+  rm -rf "$STATE/kafka" "$STATE/cassandra"
+  say "wiped kafka and cassandra data under $STATE"
+}
+
+status() {
+  for name in kafka cassandra; do
+    if pid_alive "$STATE/$name.pid"; then say "$name running (pid $(cat "$STATE/$name.pid"))"
+    else say "$name stopped"; fi
+  done
+  say "logs: $STATE/logs/kafka/server.log, $STATE/logs/cassandra/system.log"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  reset) reset ;;
+  status) status ;;
+  fetch) need_tools; fetch ;;
+  *) echo "usage: $0 up|down|reset|status|fetch" >&2; exit 2 ;;
+esac
