@@ -1,1 +1,77 @@
-fn main() {}
+//! The `likes` binary: one subcommand per process (see `likes --help`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use likes::config::Settings;
+use likes::topology::Topology;
+use likes::{cmd, cql, telemetry};
+
+/// An exact like counter: a Kafka-native stream application.
+///
+/// Configuration: embedded defaults, then --config FILE, then LIKES__SECTION__KEY environment
+/// variables (for example LIKES__CQL__KEYSPACE=likes_dev). See README.md.
+#[derive(Parser)]
+#[command(name = "likes", version, about, long_about)]
+struct Cli {
+    /// A TOML config file layered over the embedded defaults.
+    #[arg(long, env = "LIKES_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// A topology spec to use instead of the embedded `topology/topology.toml`.
+    #[arg(long, global = true)]
+    topology: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create the CQL keyspace and tables (idempotent; never alters or drops).
+    Migrate,
+    /// Create the Kafka topics of the topology (idempotent; never changes partition counts).
+    Topics,
+    /// Print the effective configuration and topology, after all overrides, and exit.
+    Config,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("likes: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let settings = Settings::load(cli.config.as_deref())?;
+    telemetry::init(&settings.log);
+    let topology_path = cli.topology.clone().or_else(|| settings.topology_path());
+    let topology = Topology::load(topology_path.as_deref())?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Migrate => {
+                let session = cql::connect(&settings.cql).await?;
+                let report = cmd::migrate::run(&session, &settings.cql).await?;
+                println!("{report}");
+            }
+            Command::Topics => {
+                let report = cmd::topics::run(&settings, &topology).await?;
+                println!("{report}");
+            }
+            Command::Config => {
+                println!("# effective configuration\n{}", toml::to_string(&settings)?);
+                println!("# effective topology\n{}", toml::to_string(&topology)?);
+            }
+        }
+        Ok(())
+    })
+}

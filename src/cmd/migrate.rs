@@ -1,0 +1,218 @@
+//! `likes migrate`: creates the keyspace and the tables of DESIGN.md. Idempotent: a second run
+//! changes nothing and says so. It never alters or drops: an existing table whose columns or
+//! key differ from this version's spec is reported as an error for a person to resolve.
+
+use std::collections::{BTreeMap, HashMap};
+
+use scylla::client::session::Session;
+use tracing::{info, warn};
+
+use crate::config::CqlSettings;
+use crate::cql::schema::{self, TableSpec, TABLES};
+use crate::error::{Error, Result};
+
+/// What a migration did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MigrateReport {
+    pub keyspace: String,
+    pub keyspace_created: bool,
+    pub created: Vec<&'static str>,
+    pub unchanged: Vec<&'static str>,
+    /// Differences that migrate does not fix by itself (replication).
+    pub warnings: Vec<String>,
+}
+
+impl MigrateReport {
+    /// True when the run changed nothing.
+    pub fn is_noop(&self) -> bool {
+        !self.keyspace_created && self.created.is_empty()
+    }
+}
+
+impl std::fmt::Display for MigrateReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ks = if self.keyspace_created { "created" } else { "exists" };
+        writeln!(f, "keyspace {}: {ks}", self.keyspace)?;
+        for t in &self.created {
+            writeln!(f, "table {}.{t}: created", self.keyspace)?;
+        }
+        for t in &self.unchanged {
+            writeln!(f, "table {}.{t}: unchanged", self.keyspace)?;
+        }
+        for w in &self.warnings {
+            writeln!(f, "warning: {w}")?;
+        }
+        if self.is_noop() {
+            write!(f, "nothing to do")
+        } else {
+            write!(f, "migrated")
+        }
+    }
+}
+
+/// Applies the schema to `settings.keyspace`.
+pub async fn run(session: &Session, settings: &CqlSettings) -> Result<MigrateReport> {
+    let ks = settings.keyspace.as_str();
+    let mut report = MigrateReport {
+        keyspace: ks.to_string(),
+        ..Default::default()
+    };
+
+    match keyspace_replication(session, ks).await? {
+        None => {
+            session
+                .query_unpaged(schema::create_keyspace(ks, &settings.replication), ())
+                .await?;
+            report.keyspace_created = true;
+            info!(keyspace = ks, "keyspace created");
+        }
+        Some(existing) => {
+            let wanted = schema::replication_map(&settings.replication);
+            if existing != wanted {
+                let w = format!(
+                    "keyspace {ks} has replication {existing:?}, the configuration asks for {wanted:?}; \
+                     migrate does not change replication (ALTER KEYSPACE by hand, then run a repair)"
+                );
+                warn!("{w}");
+                report.warnings.push(w);
+            }
+        }
+    }
+
+    for table in TABLES {
+        let existing = table_columns(session, ks, table.name).await?;
+        if existing.is_empty() {
+            session
+                .query_unpaged(table.create_statement(ks), ())
+                .await?;
+            info!(keyspace = ks, table = table.name, purpose = table.purpose, "table created");
+            report.created.push(table.name);
+        } else {
+            check_table(ks, table, &existing)?;
+            report.unchanged.push(table.name);
+        }
+    }
+    Ok(report)
+}
+
+async fn keyspace_replication(
+    session: &Session,
+    keyspace: &str,
+) -> Result<Option<BTreeMap<String, String>>> {
+    let rows = session
+        .query_unpaged(
+            "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = ?",
+            (keyspace,),
+        )
+        .await?
+        .into_rows_result()?;
+    Ok(rows
+        .maybe_first_row::<(HashMap<String, String>,)>()?
+        .map(|(m,)| m.into_iter().collect()))
+}
+
+/// An existing column: its CQL type and its kind (partition_key, clustering, regular).
+#[derive(Debug, PartialEq, Eq)]
+struct Column {
+    kind: String,
+    position: i32,
+    cql_type: String,
+}
+
+async fn table_columns(
+    session: &Session,
+    keyspace: &str,
+    table: &str,
+) -> Result<BTreeMap<String, Column>> {
+    let rows = session
+        .query_unpaged(
+            "SELECT column_name, kind, position, type FROM system_schema.columns \
+             WHERE keyspace_name = ? AND table_name = ?",
+            (keyspace, table),
+        )
+        .await?
+        .into_rows_result()?;
+    let mut out = BTreeMap::new();
+    for row in rows.rows::<(String, String, i32, String)>()? {
+        let (name, kind, position, cql_type) = row?;
+        out.insert(
+            name,
+            Column {
+                kind,
+                position,
+                cql_type,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// The spec's columns as `system_schema.columns` would list them.
+fn expected_columns(table: &TableSpec) -> BTreeMap<String, Column> {
+    table
+        .columns
+        .iter()
+        .map(|(name, cql_type)| {
+            let (kind, position) = if let Some(i) = table.partition_key.iter().position(|c| c == name) {
+                ("partition_key", i as i32)
+            } else if let Some(i) = table.clustering.iter().position(|c| c == name) {
+                ("clustering", i as i32)
+            } else {
+                ("regular", -1)
+            };
+            (
+                name.to_string(),
+                Column {
+                    kind: kind.into(),
+                    position,
+                    cql_type: cql_type.to_string(),
+                },
+            )
+        })
+        .collect()
+}
+
+fn check_table(keyspace: &str, table: &TableSpec, existing: &BTreeMap<String, Column>) -> Result<()> {
+    let expected = expected_columns(table);
+    let mut diffs = Vec::new();
+    for (name, want) in &expected {
+        match existing.get(name) {
+            None => diffs.push(format!("column {name} is missing")),
+            Some(have) if have != want => diffs.push(format!(
+                "column {name} is {} {} (position {}), expected {} {} (position {})",
+                have.kind, have.cql_type, have.position, want.kind, want.cql_type, want.position
+            )),
+            Some(_) => {}
+        }
+    }
+    for name in existing.keys().filter(|n| !expected.contains_key(*n)) {
+        diffs.push(format!("column {name} is not in this version's schema"));
+    }
+    if diffs.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Schema(format!(
+            "table {keyspace}.{} exists but differs from this version's schema: {}; \
+             migrate never alters tables: fix it by hand or use another keyspace",
+            table.name,
+            diffs.join("; ")
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_matching_table_passes_and_a_drifted_one_is_named() {
+        let edges = &TABLES[0];
+        let mut have = expected_columns(edges);
+        assert!(check_table("ks", edges, &have).is_ok());
+        have.get_mut("state").unwrap().cql_type = "int".into();
+        have.remove("epoch");
+        let err = check_table("ks", edges, &have).unwrap_err().to_string();
+        assert!(err.contains("column state is regular int"), "{err}");
+        assert!(err.contains("column epoch is missing"), "{err}");
+    }
+}

@@ -1,0 +1,234 @@
+//! Settings: the embedded `config/default.toml`, then an optional file, then environment
+//! variables `LIKES__SECTION__KEY`. Typed, validated at start, unknown keys rejected.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::providers::{Env, Format, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The defaults compiled into the binary.
+pub const DEFAULTS: &str = include_str!("../config/default.toml");
+
+/// Everything a `likes` process is configured with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub kafka: KafkaSettings,
+    pub cql: CqlSettings,
+    pub topology: TopologySettings,
+    pub log: LogSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSettings {
+    /// Bootstrap servers, comma-separated.
+    pub brokers: String,
+    /// Prepended to every topic name of the topology, so tests (and tenants) can share a cluster.
+    pub topic_prefix: String,
+    /// Replication factor of topics created by `likes topics`.
+    pub replication_factor: i32,
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CqlSettings {
+    pub nodes: Vec<String>,
+    pub keyspace: String,
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    pub replication: Replication,
+}
+
+/// The keyspace's replication, as `CREATE KEYSPACE` takes it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Replication {
+    pub class: ReplicationClass,
+    /// SimpleStrategy's replication factor.
+    pub factor: u32,
+    /// NetworkTopologyStrategy's replication factor per datacenter.
+    pub datacenters: BTreeMap<String, u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicationClass {
+    SimpleStrategy,
+    NetworkTopologyStrategy,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologySettings {
+    /// A topology file; empty means the spec embedded in the binary.
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub filter: String,
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Settings {
+    /// Loads defaults, then `file` (which must exist if given), then `LIKES__*` variables.
+    pub fn load(file: Option<&Path>) -> Result<Self> {
+        let mut figment = Figment::from(Toml::string(DEFAULTS));
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(Error::Config(format!(
+                    "config file {} does not exist",
+                    path.display()
+                )));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        figment = figment.merge(Env::prefixed("LIKES__").split("__"));
+        let settings: Settings = figment
+            .extract()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks what types alone cannot: names CQL and Kafka will accept, non-empty lists.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if self.kafka.brokers.trim().is_empty() {
+            return bad("kafka.brokers is empty".into());
+        }
+        if !self
+            .kafka
+            .topic_prefix
+            .chars()
+            .all(crate::topology::is_topic_char)
+        {
+            return bad(format!(
+                "kafka.topic_prefix {:?} may only hold ASCII letters, digits, '.', '_' and '-'",
+                self.kafka.topic_prefix
+            ));
+        }
+        if self.kafka.replication_factor < 1 {
+            return bad("kafka.replication_factor must be at least 1".into());
+        }
+        if self.cql.nodes.is_empty() {
+            return bad("cql.nodes is empty".into());
+        }
+        if !is_cql_identifier(&self.cql.keyspace) {
+            return bad(format!(
+                "cql.keyspace {:?} must start with a letter and hold at most 48 letters, digits or '_'",
+                self.cql.keyspace
+            ));
+        }
+        match self.cql.replication.class {
+            ReplicationClass::SimpleStrategy if self.cql.replication.factor == 0 => {
+                return bad("cql.replication.factor must be at least 1".into())
+            }
+            ReplicationClass::NetworkTopologyStrategy
+                if self.cql.replication.datacenters.is_empty() =>
+            {
+                return bad(
+                    "cql.replication.datacenters must name at least one datacenter for NetworkTopologyStrategy"
+                        .into(),
+                )
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The topology file to load, if one is configured.
+    pub fn topology_path(&self) -> Option<PathBuf> {
+        (!self.topology.path.is_empty()).then(|| PathBuf::from(&self.topology.path))
+    }
+
+    /// A topology topic name as it exists on the cluster (with the prefix).
+    pub fn topic(&self, name: &str) -> String {
+        format!("{}{}", self.kafka.topic_prefix, name)
+    }
+}
+
+/// An unquoted CQL identifier: what keyspace names may be in both Cassandra and ScyllaDB.
+pub fn is_cql_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic())
+        && s.len() <= 48
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_load_and_validate() {
+        figment::Jail::expect_with(|_| {
+            let s = Settings::load(None).unwrap();
+            assert_eq!(s.cql.keyspace, "likes");
+            assert_eq!(s.kafka.request_timeout, Duration::from_secs(30));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn env_overrides_file_overrides_defaults() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("likes.toml", "[cql]\nkeyspace = \"from_file\"\n")?;
+            let s = Settings::load(Some(Path::new("likes.toml"))).unwrap();
+            assert_eq!(s.cql.keyspace, "from_file");
+            jail.set_env("LIKES__CQL__KEYSPACE", "from_env");
+            jail.set_env("LIKES__KAFKA__REQUEST_TIMEOUT", "5s");
+            let s = Settings::load(Some(Path::new("likes.toml"))).unwrap();
+            assert_eq!(s.cql.keyspace, "from_env");
+            assert_eq!(s.kafka.request_timeout, Duration::from_secs(5));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("LIKES__CQL__KEYSPAEC", "typo");
+            let err = Settings::load(None).unwrap_err().to_string();
+            assert!(err.contains("keyspaec"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_the_key_named() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("LIKES__CQL__KEYSPACE", "drop table;");
+            let err = Settings::load(None).unwrap_err().to_string();
+            assert!(err.contains("cql.keyspace"), "{err}");
+            Ok(())
+        });
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("LIKES__CQL__REPLICATION__CLASS", "NetworkTopologyStrategy");
+            let err = Settings::load(None).unwrap_err().to_string();
+            assert!(err.contains("datacenters"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn missing_file_is_an_error() {
+        let err = Settings::load(Some(Path::new("/nonexistent/likes.toml"))).unwrap_err();
+        assert!(err.to_string().contains("does not exist"));
+    }
+}

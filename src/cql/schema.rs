@@ -1,0 +1,216 @@
+//! The keyspace `likes` (DESIGN.md, "Data model"): one table spec per table, from which both
+//! the DDL and the check of an existing table are derived, so the two cannot drift.
+
+use crate::config::{ReplicationClass, Replication};
+
+/// One table: its columns (name, CQL type as `system_schema.columns` spells it), its primary
+/// key (partition key columns, then clustering columns) and table options.
+#[derive(Debug)]
+pub struct TableSpec {
+    pub name: &'static str,
+    pub columns: &'static [(&'static str, &'static str)],
+    pub partition_key: &'static [&'static str],
+    pub clustering: &'static [&'static str],
+    pub options: &'static str,
+    /// Why the table exists, printed by `likes migrate`.
+    pub purpose: &'static str,
+}
+
+/// Every table of the keyspace, in creation order.
+pub const TABLES: &[TableSpec] = &[
+    TableSpec {
+        name: "edges",
+        // state: 1 = LIKED, 0 = UNLIKED. op_id: +1 per real flip, in the same LWT.
+        columns: &[
+            ("item_id", "text"),
+            ("bucket", "int"),
+            ("user_id", "text"),
+            ("state", "tinyint"),
+            ("op_id", "bigint"),
+            ("updated_at", "timestamp"),
+            ("epoch", "bigint"),
+        ],
+        partition_key: &["item_id", "bucket"],
+        clustering: &["user_id"],
+        options: "",
+        purpose: "one row per (item, user); written only by LWT",
+    },
+    TableSpec {
+        name: "edges_by_user",
+        columns: &[
+            ("user_id", "text"),
+            ("item_id", "text"),
+            ("created_at", "timestamp"),
+        ],
+        partition_key: &["user_id"],
+        clustering: &["item_id"],
+        options: "",
+        purpose: "user -> items, walked by erasure; written before the edge flip",
+    },
+    TableSpec {
+        name: "idempotency",
+        columns: &[
+            ("user_id", "text"),
+            ("key", "text"),
+            ("fingerprint", "blob"),
+            ("status", "int"),
+            ("response", "text"),
+            ("created_at", "timestamp"),
+        ],
+        partition_key: &["user_id"],
+        clustering: &["key"],
+        // One day: a retry older than that is a new intent.
+        options: "default_time_to_live = 86400",
+        purpose: "request keys -> stored answers, claimed IF NOT EXISTS",
+    },
+    TableSpec {
+        name: "outbox",
+        columns: &[
+            ("shard", "int"),
+            ("item_id", "text"),
+            ("user_id", "text"),
+            ("created_at", "timestamp"),
+        ],
+        partition_key: &["shard"],
+        clustering: &["item_id", "user_id"],
+        options: "",
+        purpose: "edges whose event may not be published yet; drained by the relay",
+    },
+    TableSpec {
+        name: "like_counts",
+        columns: &[
+            ("item_id", "text"),
+            ("count", "bigint"),
+            ("last_window", "bigint"),
+            ("as_of", "timestamp"),
+        ],
+        partition_key: &["item_id"],
+        clustering: &[],
+        options: "",
+        purpose: "public counts; written only through the LWT fence",
+    },
+];
+
+/// `CREATE KEYSPACE IF NOT EXISTS` for the configured replication.
+pub fn create_keyspace(keyspace: &str, replication: &Replication) -> String {
+    format!(
+        "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {}",
+        replication_literal(replication)
+    )
+}
+
+/// The replication map as a CQL literal.
+pub fn replication_literal(r: &Replication) -> String {
+    match r.class {
+        ReplicationClass::SimpleStrategy => format!(
+            "{{'class': 'SimpleStrategy', 'replication_factor': {}}}",
+            r.factor
+        ),
+        ReplicationClass::NetworkTopologyStrategy => {
+            let dcs: Vec<String> = r
+                .datacenters
+                .iter()
+                .map(|(dc, n)| format!("'{dc}': {n}"))
+                .collect();
+            format!(
+                "{{'class': 'NetworkTopologyStrategy', {}}}",
+                dcs.join(", ")
+            )
+        }
+    }
+}
+
+/// The replication map as `system_schema.keyspaces` reports it, for comparison.
+pub fn replication_map(r: &Replication) -> std::collections::BTreeMap<String, String> {
+    let mut m = std::collections::BTreeMap::new();
+    match r.class {
+        ReplicationClass::SimpleStrategy => {
+            m.insert(
+                "class".into(),
+                "org.apache.cassandra.locator.SimpleStrategy".into(),
+            );
+            m.insert("replication_factor".into(), r.factor.to_string());
+        }
+        ReplicationClass::NetworkTopologyStrategy => {
+            m.insert(
+                "class".into(),
+                "org.apache.cassandra.locator.NetworkTopologyStrategy".into(),
+            );
+            for (dc, n) in &r.datacenters {
+                m.insert(dc.clone(), n.to_string());
+            }
+        }
+    }
+    m
+}
+
+impl TableSpec {
+    /// `((partition, key), clustering, columns)`
+    pub fn primary_key(&self) -> String {
+        let mut parts = vec![format!("({})", self.partition_key.join(", "))];
+        parts.extend(self.clustering.iter().map(|c| c.to_string()));
+        format!("({})", parts.join(", "))
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` for this table in `keyspace`.
+    pub fn create_statement(&self, keyspace: &str) -> String {
+        let cols: Vec<String> = self
+            .columns
+            .iter()
+            .map(|(n, t)| format!("{n} {t}"))
+            .collect();
+        let mut s = format!(
+            "CREATE TABLE IF NOT EXISTS {keyspace}.{} ({}, PRIMARY KEY {})",
+            self.name,
+            cols.join(", "),
+            self.primary_key()
+        );
+        if !self.options.is_empty() {
+            s.push_str(" WITH ");
+            s.push_str(self.options);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn ddl_is_what_we_expect() {
+        let edges = &TABLES[0];
+        assert_eq!(
+            edges.create_statement("ks"),
+            "CREATE TABLE IF NOT EXISTS ks.edges (item_id text, bucket int, user_id text, \
+             state tinyint, op_id bigint, updated_at timestamp, epoch bigint, \
+             PRIMARY KEY ((item_id, bucket), user_id))"
+        );
+        assert!(TABLES[2]
+            .create_statement("ks")
+            .ends_with("WITH default_time_to_live = 86400"));
+    }
+
+    #[test]
+    fn replication_literals() {
+        let simple = Replication {
+            class: ReplicationClass::SimpleStrategy,
+            factor: 1,
+            datacenters: BTreeMap::new(),
+        };
+        assert_eq!(
+            create_keyspace("likes", &simple),
+            "CREATE KEYSPACE IF NOT EXISTS likes WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}"
+        );
+        let nts = Replication {
+            class: ReplicationClass::NetworkTopologyStrategy,
+            factor: 0,
+            datacenters: BTreeMap::from([("dc1".to_string(), 3), ("dc2".to_string(), 3)]),
+        };
+        assert_eq!(
+            replication_literal(&nts),
+            "{'class': 'NetworkTopologyStrategy', 'dc1': 3, 'dc2': 3}"
+        );
+    }
+}

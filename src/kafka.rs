@@ -1,0 +1,42 @@
+//! Kafka client configuration shared by every producer, consumer and admin client, so that
+//! all of them agree on the things that must agree (the partitioner above all).
+
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::ClientConfig;
+
+use crate::config::KafkaSettings;
+use crate::error::Result;
+
+/// The partitioner of every producer of a keyed topic: the Java client's murmur2, so a tool
+/// in another language lands a key on the same partition (see [`crate::hash`]).
+pub const PARTITIONER: &str = "murmur2_random";
+
+/// Base client config: brokers and timeouts.
+pub fn client_config(settings: &KafkaSettings) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &settings.brokers)
+        .set(
+            "socket.timeout.ms",
+            settings.request_timeout.as_millis().to_string(),
+        )
+        .set("log_level", "4");
+    c
+}
+
+/// A producer config: idempotent (no duplicates or reordering from retries), acks=all,
+/// the shared partitioner.
+pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {
+    let mut c = client_config(settings);
+    c.set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", PARTITIONER)
+        .set("linger.ms", "5")
+        .set("compression.type", "lz4");
+    c
+}
+
+/// An admin client.
+pub fn admin(settings: &KafkaSettings) -> Result<AdminClient<DefaultClientContext>> {
+    Ok(client_config(settings).create()?)
+}

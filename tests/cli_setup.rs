@@ -1,0 +1,190 @@
+//! `likes migrate` and `likes topics`, run as the real binary against the real stack: twice
+//! without error and without change, and `topics` refusing a partition-count change.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::admin::{
+    AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
+};
+
+use likes::topology::Topology;
+use likes::{cql, kafka};
+
+/// Every column of every table of the keyspace: (table, column, kind, position, type).
+async fn schema_snapshot(
+    session: &scylla::client::session::Session,
+    ks: &str,
+) -> Vec<(String, String, String, i32, String)> {
+    let mut rows: Vec<_> = session
+        .query_unpaged(
+            "SELECT table_name, column_name, kind, position, type FROM system_schema.columns \
+             WHERE keyspace_name = ?",
+            (ks,),
+        )
+        .await
+        .unwrap()
+        .into_rows_result()
+        .unwrap()
+        .rows::<(String, String, String, i32, String)>()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_twice_creates_once_and_then_changes_nothing() {
+    let settings = common::settings("migrate");
+    let env = common::env_for(&settings);
+    let ks = &settings.cql.keyspace;
+
+    let (ok, out, err) = common::likes(&["migrate"], &env);
+    assert!(ok, "first migrate failed: {err}");
+    assert!(out.contains(&format!("keyspace {ks}: created")), "{out}");
+    assert!(out.contains("table") && out.contains("edges: created"), "{out}");
+
+    let session = cql::connect(&settings.cql).await.unwrap();
+    let before = schema_snapshot(&session, ks).await;
+    let tables: std::collections::BTreeSet<_> = before.iter().map(|r| r.0.clone()).collect();
+    assert_eq!(
+        tables.into_iter().collect::<Vec<_>>(),
+        ["edges", "edges_by_user", "idempotency", "like_counts", "outbox"]
+    );
+
+    let (ok, out, err) = common::likes(&["migrate"], &env);
+    assert!(ok, "second migrate failed: {err}");
+    assert!(out.contains("nothing to do"), "{out}");
+    assert!(!out.contains("created"), "{out}");
+    assert_eq!(schema_snapshot(&session, ks).await, before);
+
+    // A table that drifted from the spec is reported, never altered.
+    session
+        .query_unpaged(format!("ALTER TABLE {ks}.like_counts ADD extra int"), ())
+        .await
+        .unwrap();
+    let (ok, _, err) = common::likes(&["migrate"], &env);
+    assert!(!ok);
+    assert!(err.contains("like_counts") && err.contains("column extra"), "{err}");
+
+    session
+        .query_unpaged(format!("DROP KEYSPACE {ks}"), ())
+        .await
+        .unwrap();
+}
+
+/// Partitions and the spec'd configs of every topic under the prefix.
+async fn topics_snapshot(
+    settings: &likes::config::Settings,
+    topology: &Topology,
+) -> BTreeMap<String, (i32, BTreeMap<String, Option<String>>)> {
+    let admin = kafka::admin(&settings.kafka).unwrap();
+    let md = admin
+        .inner()
+        .fetch_metadata(None, Duration::from_secs(30))
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for (_, spec) in topology.topics() {
+        let name = settings.topic(&spec.name);
+        let Some(t) = md.topics().iter().find(|t| t.name() == name) else {
+            continue;
+        };
+        let described = admin
+            .describe_configs(&[ResourceSpecifier::Topic(&name)], &AdminOptions::new())
+            .await
+            .unwrap();
+        let resource = described.into_iter().next().unwrap().unwrap();
+        let configs = spec
+            .config
+            .keys()
+            .map(|k| (k.clone(), resource.get(k).and_then(|e| e.value.clone())))
+            .collect();
+        out.insert(name, (t.partitions().len() as i32, configs));
+    }
+    out
+}
+
+async fn delete_topics(settings: &likes::config::Settings, topology: &Topology) {
+    let admin = kafka::admin(&settings.kafka).unwrap();
+    let names: Vec<String> = topology
+        .topics()
+        .iter()
+        .map(|(_, s)| settings.topic(&s.name))
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let _ = admin.delete_topics(&refs, &AdminOptions::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift() {
+    let settings = common::settings("topics");
+    let env = common::env_for(&settings);
+    let topology = Topology::load(None).unwrap();
+
+    let (ok, out, err) = common::likes(&["topics"], &env);
+    assert!(ok, "first topics failed: {err}");
+    let events = settings.topic("likes.events");
+    assert!(out.contains(&format!("topic {events}: created (16 partitions)")), "{out}");
+
+    let first = topics_snapshot(&settings, &topology).await;
+    assert_eq!(first.len(), 4, "{first:?}");
+    for (_, spec) in topology.topics() {
+        let (partitions, configs) = &first[&settings.topic(&spec.name)];
+        assert_eq!(*partitions, spec.partitions, "{}", spec.name);
+        for (k, v) in &spec.config {
+            assert_eq!(configs[k].as_deref(), Some(v.as_str()), "{} {k}", spec.name);
+        }
+    }
+
+    let (ok, out, err) = common::likes(&["topics"], &env);
+    assert!(ok, "second topics failed: {err}");
+    assert!(out.contains("nothing to do"), "{out}");
+    assert_eq!(topics_snapshot(&settings, &topology).await, first);
+
+    // Someone changed a config by hand: topics puts the spec back, then is quiet again.
+    let deltas = settings.topic("likes.deltas");
+    let admin = kafka::admin(&settings.kafka).unwrap();
+    let alter = AlterConfig::new(ResourceSpecifier::Topic(&deltas))
+        .set("message.timestamp.type", "CreateTime");
+    admin.alter_configs(&[alter], &AdminOptions::new()).await.unwrap().remove(0).unwrap();
+    let (ok, out, err) = common::likes(&["topics"], &env);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("topic {deltas}: config message.timestamp.type")), "{out}");
+    let (ok, out, _) = common::likes(&["topics"], &env);
+    assert!(ok && out.contains("nothing to do"), "{out}");
+    assert_eq!(topics_snapshot(&settings, &topology).await, first);
+
+    delete_topics(&settings, &topology).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_refuses_to_change_a_partition_count_and_creates_nothing() {
+    let settings = common::settings("refuse");
+    let env = common::env_for(&settings);
+    let topology = Topology::load(None).unwrap();
+    let events = settings.topic("likes.events");
+
+    let admin = kafka::admin(&settings.kafka).unwrap();
+    admin
+        .create_topics(
+            &[NewTopic::new(&events, 3, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+
+    let (ok, _, err) = common::likes(&["topics"], &env);
+    assert!(!ok, "topics must refuse");
+    assert!(err.contains(&events) && err.contains("3 partitions") && err.contains("refusing"), "{err}");
+
+    let after = topics_snapshot(&settings, &topology).await;
+    assert_eq!(after.keys().collect::<Vec<_>>(), [&events], "nothing else may be created");
+    assert_eq!(after[&events].0, 3, "the partition count must not change");
+
+    delete_topics(&settings, &topology).await;
+}
