@@ -172,6 +172,8 @@ pub fn is_cql_identifier(s: &str) -> bool {
 }
 
 #[cfg(test)]
+// figment::Jail's closures return figment's own (large) error type.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
 

@@ -19,19 +19,25 @@ pub enum Error {
     Topic { topic: String, reason: String },
 
     #[error("cql: could not connect: {0}")]
-    CqlConnect(#[from] scylla::errors::NewSessionError),
+    CqlConnect(#[source] Box<scylla::errors::NewSessionError>),
 
     #[error("cql: {0}")]
-    CqlExecution(#[from] scylla::errors::ExecutionError),
+    CqlExecution(#[source] Box<scylla::errors::ExecutionError>),
 
     #[error("cql: unexpected result: {0}")]
-    CqlResult(#[from] scylla::errors::IntoRowsResultError),
+    CqlResult(#[source] Box<scylla::errors::IntoRowsResultError>),
 
     #[error("cql: unexpected rows: {0}")]
-    CqlRows(#[from] scylla::errors::RowsError),
+    CqlRows(#[source] Box<scylla::errors::RowsError>),
+
+    #[error("cql: unexpected rows: {0}")]
+    CqlFirstRow(#[source] Box<scylla::errors::MaybeFirstRowError>),
+
+    #[error("cql: unexpected rows: {0}")]
+    CqlSingleRow(#[source] Box<scylla::errors::SingleRowError>),
 
     #[error("cql: could not decode a row: {0}")]
-    CqlDecode(#[from] scylla::errors::DeserializationError),
+    CqlDecode(#[source] Box<scylla::errors::DeserializationError>),
 
     #[error("cql schema: {0}")]
     Schema(String),
@@ -42,6 +48,27 @@ pub enum Error {
     #[error("timed out after {0:?}: {1}")]
     Timeout(Duration, String),
 }
+
+/// The driver's errors are large; boxing them keeps every `Result` of the crate small.
+macro_rules! boxed_from {
+    ($($variant:ident($t:ty)),* $(,)?) => {
+        $(impl From<$t> for Error {
+            fn from(e: $t) -> Self {
+                Error::$variant(Box::new(e))
+            }
+        })*
+    };
+}
+
+boxed_from!(
+    CqlConnect(scylla::errors::NewSessionError),
+    CqlExecution(scylla::errors::ExecutionError),
+    CqlResult(scylla::errors::IntoRowsResultError),
+    CqlRows(scylla::errors::RowsError),
+    CqlFirstRow(scylla::errors::MaybeFirstRowError),
+    CqlSingleRow(scylla::errors::SingleRowError),
+    CqlDecode(scylla::errors::DeserializationError),
+);
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

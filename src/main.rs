@@ -41,7 +41,8 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("likes: error: {e:#}");
+            // Our errors already carry their cause in their message; print it once.
+            eprintln!("likes: error: {e}");
             ExitCode::FAILURE
         }
     }
@@ -61,17 +62,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Migrate => {
                 let session = cql::connect(&settings.cql).await?;
                 let report = cmd::migrate::run(&session, &settings.cql).await?;
-                println!("{report}");
+                out(&report.to_string());
             }
             Command::Topics => {
                 let report = cmd::topics::run(&settings, &topology).await?;
-                println!("{report}");
+                out(&report.to_string());
             }
             Command::Config => {
-                println!("# effective configuration\n{}", toml::to_string(&settings)?);
-                println!("# effective topology\n{}", toml::to_string(&topology)?);
+                out(&format!(
+                    "# effective configuration\n{}\n# effective topology\n{}",
+                    toml::to_string(&settings)?,
+                    toml::to_string(&topology)?
+                ));
             }
         }
         Ok(())
     })
+}
+
+/// Prints a result to stdout; a closed pipe (`likes config | head`) is not an error.
+fn out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{text}");
 }

@@ -40,7 +40,10 @@ mod tests {
                 snapshot_time_ms: 5,
             })),
         };
-        assert_eq!(DeltaRecord::decode(r.encode_to_vec().as_slice()).unwrap(), r);
+        assert_eq!(
+            DeltaRecord::decode(r.encode_to_vec().as_slice()).unwrap(),
+            r
+        );
     }
 
     #[test]

@@ -65,9 +65,8 @@ impl Topology {
         match path {
             None => Self::parse(EMBEDDED, "embedded topology"),
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| {
-                    Error::Topology(format!("cannot read {}: {e}", p.display()))
-                })?;
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| Error::Topology(format!("cannot read {}: {e}", p.display())))?;
                 Self::parse(&text, &p.display().to_string())
             }
         }
@@ -145,7 +144,9 @@ impl Topology {
             .get("cleanup.policy")
             .is_some_and(|p| p.contains("compact"))
         {
-            return Err("topics.dedupe_changelog.config must set cleanup.policy = \"compact\"".into());
+            return Err(
+                "topics.dedupe_changelog.config must set cleanup.policy = \"compact\"".into(),
+            );
         }
         if self.topics.dedupe_changelog.partitions != self.topics.events.partitions {
             return Err(
@@ -185,15 +186,31 @@ mod tests {
     fn rejects_specs_that_break_invariants() {
         let cases = [
             ("buckets = 64", "buckets = 0", "buckets"),
-            ("tick_interval = \"200ms\"", "tick_interval = \"2s\"", "tick_interval"),
+            (
+                "tick_interval = \"200ms\"",
+                "tick_interval = \"2s\"",
+                "tick_interval",
+            ),
             (
                 "\"message.timestamp.type\" = \"LogAppendTime\"",
                 "\"message.timestamp.type\" = \"CreateTime\"",
                 "LogAppendTime",
             ),
-            ("name = \"likes.dlq\"", "name = \"likes.events\"", "used twice"),
-            ("name = \"likes.dlq\"", "name = \"likes dlq\"", "topics.dlq.name"),
-            ("partitions = 8", "partitions = 0", "topics.deltas.partitions"),
+            (
+                "name = \"likes.dlq\"",
+                "name = \"likes.events\"",
+                "used twice",
+            ),
+            (
+                "name = \"likes.dlq\"",
+                "name = \"likes dlq\"",
+                "topics.dlq.name",
+            ),
+            (
+                "partitions = 8",
+                "partitions = 0",
+                "topics.deltas.partitions",
+            ),
             ("buckets = 64", "buckets = 64\nbucket = 3", "unknown field"),
         ];
         for (from, to, needle) in cases {

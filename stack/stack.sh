@@ -65,7 +65,19 @@ fetch() {
   fetch_profile cassandra "$CASSANDRA_JARS"
 }
 
-pid_alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A pid file counts only if its process is alive and is still the JVM we started: after a
+# hard stop the pid may have been reused by something else.
+pid_alive() {
+  local pidfile="$1" pid main
+  [[ -f "$pidfile" ]] || return 1
+  pid="$(cat "$pidfile")"
+  case "$(basename "$pidfile")" in
+    kafka.pid) main=kafka.Kafka ;;
+    cassandra.pid) main=org.apache.cassandra.service.CassandraDaemon ;;
+    *) return 1 ;;
+  esac
+  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$main"
+}
 
 port_free() {
   local port="$1" what="$2"

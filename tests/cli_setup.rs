@@ -6,9 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::admin::{
-    AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
-};
+use rdkafka::admin::{AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
 
 use likes::topology::Topology;
 use likes::{cql, kafka};
@@ -45,14 +43,23 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
     let (ok, out, err) = common::likes(&["migrate"], &env);
     assert!(ok, "first migrate failed: {err}");
     assert!(out.contains(&format!("keyspace {ks}: created")), "{out}");
-    assert!(out.contains("table") && out.contains("edges: created"), "{out}");
+    assert!(
+        out.contains("table") && out.contains("edges: created"),
+        "{out}"
+    );
 
     let session = cql::connect(&settings.cql).await.unwrap();
     let before = schema_snapshot(&session, ks).await;
     let tables: std::collections::BTreeSet<_> = before.iter().map(|r| r.0.clone()).collect();
     assert_eq!(
         tables.into_iter().collect::<Vec<_>>(),
-        ["edges", "edges_by_user", "idempotency", "like_counts", "outbox"]
+        [
+            "edges",
+            "edges_by_user",
+            "idempotency",
+            "like_counts",
+            "outbox"
+        ]
     );
 
     let (ok, out, err) = common::likes(&["migrate"], &env);
@@ -68,7 +75,10 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
         .unwrap();
     let (ok, _, err) = common::likes(&["migrate"], &env);
     assert!(!ok);
-    assert!(err.contains("like_counts") && err.contains("column extra"), "{err}");
+    assert!(
+        err.contains("like_counts") && err.contains("column extra"),
+        "{err}"
+    );
 
     session
         .query_unpaged(format!("DROP KEYSPACE {ks}"), ())
@@ -127,7 +137,10 @@ async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift
     let (ok, out, err) = common::likes(&["topics"], &env);
     assert!(ok, "first topics failed: {err}");
     let events = settings.topic("likes.events");
-    assert!(out.contains(&format!("topic {events}: created (16 partitions)")), "{out}");
+    assert!(
+        out.contains(&format!("topic {events}: created (16 partitions)")),
+        "{out}"
+    );
 
     let first = topics_snapshot(&settings, &topology).await;
     assert_eq!(first.len(), 4, "{first:?}");
@@ -149,10 +162,18 @@ async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift
     let admin = kafka::admin(&settings.kafka).unwrap();
     let alter = AlterConfig::new(ResourceSpecifier::Topic(&deltas))
         .set("message.timestamp.type", "CreateTime");
-    admin.alter_configs(&[alter], &AdminOptions::new()).await.unwrap().remove(0).unwrap();
+    admin
+        .alter_configs(&[alter], &AdminOptions::new())
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
     let (ok, out, err) = common::likes(&["topics"], &env);
     assert!(ok, "{err}");
-    assert!(out.contains(&format!("topic {deltas}: config message.timestamp.type")), "{out}");
+    assert!(
+        out.contains(&format!("topic {deltas}: config message.timestamp.type")),
+        "{out}"
+    );
     let (ok, out, _) = common::likes(&["topics"], &env);
     assert!(ok && out.contains("nothing to do"), "{out}");
     assert_eq!(topics_snapshot(&settings, &topology).await, first);
@@ -180,10 +201,17 @@ async fn topics_refuses_to_change_a_partition_count_and_creates_nothing() {
 
     let (ok, _, err) = common::likes(&["topics"], &env);
     assert!(!ok, "topics must refuse");
-    assert!(err.contains(&events) && err.contains("3 partitions") && err.contains("refusing"), "{err}");
+    assert!(
+        err.contains(&events) && err.contains("3 partitions") && err.contains("refusing"),
+        "{err}"
+    );
 
     let after = topics_snapshot(&settings, &topology).await;
-    assert_eq!(after.keys().collect::<Vec<_>>(), [&events], "nothing else may be created");
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        [&events],
+        "nothing else may be created"
+    );
     assert_eq!(after[&events].0, 3, "the partition count must not change");
 
     delete_topics(&settings, &topology).await;

@@ -8,7 +8,9 @@ use scylla::value::{CqlTimestamp, CqlValue, Row};
 use likes::{cmd, cql};
 
 /// Reads an LWT answer: `[applied]` and, when not applied, the existing row's columns.
-fn lwt_answer(result: scylla::response::query_result::QueryResult) -> (bool, Vec<(String, Option<CqlValue>)>) {
+fn lwt_answer(
+    result: scylla::response::query_result::QueryResult,
+) -> (bool, Vec<(String, Option<CqlValue>)>) {
     let rows = result.into_rows_result().unwrap();
     let names: Vec<String> = rows
         .column_specs()
@@ -22,7 +24,9 @@ fn lwt_answer(result: scylla::response::query_result::QueryResult) -> (bool, Vec
 }
 
 fn col<'a>(cols: &'a [(String, Option<CqlValue>)], name: &str) -> Option<&'a CqlValue> {
-    cols.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.as_ref())
+    cols.iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, v)| v.as_ref())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,7 +61,10 @@ async fn insert_if_not_exists_applies_once_and_shows_the_winner() {
     assert!(!applied, "second insert must be rejected");
     assert_eq!(col(&cols, "state"), Some(&CqlValue::TinyInt(1)));
     assert_eq!(col(&cols, "op_id"), Some(&CqlValue::BigInt(1)));
-    assert_eq!(col(&cols, "user_id"), Some(&CqlValue::Text("user-1".into())));
+    assert_eq!(
+        col(&cols, "user_id"),
+        Some(&CqlValue::Text("user-1".into()))
+    );
 
     // And the stored row is the first one, read at SERIAL (what read-your-writes will use).
     let mut select = scylla::statement::Statement::new(format!(

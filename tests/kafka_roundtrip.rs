@@ -24,7 +24,11 @@ async fn like_events_round_trip_on_the_murmur2_partition() {
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let created = admin
         .create_topics(
-            &[NewTopic::new(&topic, PARTITIONS, TopicReplication::Fixed(1))],
+            &[NewTopic::new(
+                &topic,
+                PARTITIONS,
+                TopicReplication::Fixed(1),
+            )],
             &opts,
         )
         .await
@@ -40,7 +44,11 @@ async fn like_events_round_trip_on_the_murmur2_partition() {
                 bucket: hash::bucket_of(&user, 64),
                 user_id: user,
                 op_id: i as u64 + 1,
-                state: if i % 2 == 0 { EdgeState::Liked } else { EdgeState::Unliked } as i32,
+                state: if i % 2 == 0 {
+                    EdgeState::Liked
+                } else {
+                    EdgeState::Unliked
+                } as i32,
                 event_time_ms: 1_700_000_000_000 + i as i64,
                 epoch: 1,
                 source: Source::Test as i32,
@@ -52,7 +60,7 @@ async fn like_events_round_trip_on_the_murmur2_partition() {
     for e in &events {
         let key = hash::event_key(&e.item_id, e.bucket);
         let payload = e.encode_to_vec();
-        let (partition, offset) = producer
+        let delivery = producer
             .send(
                 FutureRecord::to(&topic).key(&key).payload(&payload),
                 Duration::from_secs(30),
@@ -60,6 +68,7 @@ async fn like_events_round_trip_on_the_murmur2_partition() {
             .await
             .map_err(|(err, _)| err)
             .unwrap();
+        let (partition, offset) = (delivery.partition, delivery.offset);
         assert_eq!(
             partition as u32,
             hash::partition_for(key.as_bytes(), PARTITIONS as u32),
@@ -76,7 +85,8 @@ async fn like_events_round_trip_on_the_murmur2_partition() {
         .unwrap();
     let mut tpl = TopicPartitionList::new();
     for p in 0..PARTITIONS {
-        tpl.add_partition_offset(&topic, p, Offset::Beginning).unwrap();
+        tpl.add_partition_offset(&topic, p, Offset::Beginning)
+            .unwrap();
     }
     consumer.assign(&tpl).unwrap();
 

@@ -31,7 +31,11 @@ impl MigrateReport {
 
 impl std::fmt::Display for MigrateReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ks = if self.keyspace_created { "created" } else { "exists" };
+        let ks = if self.keyspace_created {
+            "created"
+        } else {
+            "exists"
+        };
         writeln!(f, "keyspace {}: {ks}", self.keyspace)?;
         for t in &self.created {
             writeln!(f, "table {}.{t}: created", self.keyspace)?;
@@ -85,7 +89,12 @@ pub async fn run(session: &Session, settings: &CqlSettings) -> Result<MigrateRep
             session
                 .query_unpaged(table.create_statement(ks), ())
                 .await?;
-            info!(keyspace = ks, table = table.name, purpose = table.purpose, "table created");
+            info!(
+                keyspace = ks,
+                table = table.name,
+                purpose = table.purpose,
+                "table created"
+            );
             report.created.push(table.name);
         } else {
             check_table(ks, table, &existing)?;
@@ -153,13 +162,14 @@ fn expected_columns(table: &TableSpec) -> BTreeMap<String, Column> {
         .columns
         .iter()
         .map(|(name, cql_type)| {
-            let (kind, position) = if let Some(i) = table.partition_key.iter().position(|c| c == name) {
-                ("partition_key", i as i32)
-            } else if let Some(i) = table.clustering.iter().position(|c| c == name) {
-                ("clustering", i as i32)
-            } else {
-                ("regular", -1)
-            };
+            let (kind, position) =
+                if let Some(i) = table.partition_key.iter().position(|c| c == name) {
+                    ("partition_key", i as i32)
+                } else if let Some(i) = table.clustering.iter().position(|c| c == name) {
+                    ("clustering", i as i32)
+                } else {
+                    ("regular", -1)
+                };
             (
                 name.to_string(),
                 Column {
@@ -172,7 +182,11 @@ fn expected_columns(table: &TableSpec) -> BTreeMap<String, Column> {
         .collect()
 }
 
-fn check_table(keyspace: &str, table: &TableSpec, existing: &BTreeMap<String, Column>) -> Result<()> {
+fn check_table(
+    keyspace: &str,
+    table: &TableSpec,
+    existing: &BTreeMap<String, Column>,
+) -> Result<()> {
     let expected = expected_columns(table);
     let mut diffs = Vec::new();
     for (name, want) in &expected {

@@ -24,7 +24,9 @@ use crate::topology::Topology;
 /// What happened to one topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TopicAction {
-    Created { partitions: i32 },
+    Created {
+        partitions: i32,
+    },
     Unchanged,
     /// Configs set to the spec's values: (key, old value, new value).
     ConfigUpdated(Vec<(String, Option<String>, String)>),

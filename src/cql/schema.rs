@@ -1,7 +1,7 @@
 //! The keyspace `likes` (DESIGN.md, "Data model"): one table spec per table, from which both
 //! the DDL and the check of an existing table are derived, so the two cannot drift.
 
-use crate::config::{ReplicationClass, Replication};
+use crate::config::{Replication, ReplicationClass};
 
 /// One table: its columns (name, CQL type as `system_schema.columns` spells it), its primary
 /// key (partition key columns, then clustering columns) and table options.
@@ -112,10 +112,7 @@ pub fn replication_literal(r: &Replication) -> String {
                 .iter()
                 .map(|(dc, n)| format!("'{dc}': {n}"))
                 .collect();
-            format!(
-                "{{'class': 'NetworkTopologyStrategy', {}}}",
-                dcs.join(", ")
-            )
+            format!("{{'class': 'NetworkTopologyStrategy', {}}}", dcs.join(", "))
         }
     }
 }

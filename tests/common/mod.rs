@@ -39,7 +39,10 @@ pub fn settings(base: &str) -> Settings {
 pub fn env_for(settings: &Settings) -> Vec<(&'static str, String)> {
     vec![
         ("LIKES__CQL__KEYSPACE", settings.cql.keyspace.clone()),
-        ("LIKES__KAFKA__TOPIC_PREFIX", settings.kafka.topic_prefix.clone()),
+        (
+            "LIKES__KAFKA__TOPIC_PREFIX",
+            settings.kafka.topic_prefix.clone(),
+        ),
     ]
 }
 
