@@ -44,8 +44,11 @@ demo: up build ## The main job: stack up, schema and topics in place (the pipeli
 	@echo "demo: stack up, keyspace and topics ready. Logs: $(LIKES_CACHE)/stack/logs. Stop with: make down"
 
 test: up ## Run every test (unit and against the real stack, which this starts)
-	$(CARGO) test --all-targets --no-fail-fast
-	$(CARGO) test --doc
+	$(CARGO) test --all-targets --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
+	  status=$${PIPESTATUS[0]}; \
+	  awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(LIKES_CACHE)/last-test.log \
+	    | tee $(LIKES_CACHE)/test-summary; \
+	  exit $$status
 
 lint: buf ## rustfmt, clippy -D warnings, buf lint
 	$(CARGO) fmt --all -- --check
