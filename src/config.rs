@@ -20,8 +20,38 @@ pub const DEFAULTS: &str = include_str!("../config/default.toml");
 pub struct Settings {
     pub kafka: KafkaSettings,
     pub cql: CqlSettings,
+    pub dedupe: DedupeSettings,
+    pub count: CountSettings,
+    pub metrics: MetricsSettings,
     pub topology: TopologySettings,
     pub log: LogSettings,
+}
+
+/// Stage 1 (`likes dedupe`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DedupeSettings {
+    pub state_dir: PathBuf,
+    pub instance_id: String,
+    pub max_batch: usize,
+    pub block_cache_mb: usize,
+    #[serde(with = "humantime_serde")]
+    pub transaction_timeout: Duration,
+}
+
+/// The Prometheus endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSettings {
+    pub listen: String,
+}
+
+/// Stage 2 (`likes count`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CountSettings {
+    pub max_in_flight: usize,
+    pub max_batch: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -126,6 +156,17 @@ impl Settings {
         if self.kafka.replication_factor < 1 {
             return bad("kafka.replication_factor must be at least 1".into());
         }
+        if self.dedupe.max_batch == 0 || self.count.max_batch == 0 || self.count.max_in_flight == 0 {
+            return bad("dedupe.max_batch, count.max_batch and count.max_in_flight must be at least 1".into());
+        }
+        if self.dedupe.transaction_timeout < Duration::from_secs(1) {
+            return bad("dedupe.transaction_timeout must be at least 1s".into());
+        }
+        if !self.metrics.listen.is_empty()
+            && self.metrics.listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            return bad(format!("metrics.listen {:?} is not host:port", self.metrics.listen));
+        }
         if self.cql.nodes.is_empty() {
             return bad("cql.nodes is empty".into());
         }
@@ -155,6 +196,18 @@ impl Settings {
     /// The topology file to load, if one is configured.
     pub fn topology_path(&self) -> Option<PathBuf> {
         (!self.topology.path.is_empty()).then(|| PathBuf::from(&self.topology.path))
+    }
+
+    /// This instance's stable name: `dedupe.instance_id`, else the hostname.
+    pub fn instance_id(&self) -> String {
+        if !self.dedupe.instance_id.is_empty() {
+            return self.dedupe.instance_id.clone();
+        }
+        std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+            .unwrap_or_else(|| "likes".into())
     }
 
     /// A topology topic name as it exists on the cluster (with the prefix).

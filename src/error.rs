@@ -42,8 +42,14 @@ pub enum Error {
     #[error("cql schema: {0}")]
     Schema(String),
 
+    #[error("local state: {0}")]
+    State(String),
+
     #[error("protobuf: {0}")]
     Decode(#[from] prost::DecodeError),
+
+    #[error("fail point {0}")]
+    Injected(&'static str),
 
     #[error("timed out after {0:?}: {1}")]
     Timeout(Duration, String),

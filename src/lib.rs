@@ -10,14 +10,20 @@
 //! - [`hash`]: the stable hash behind buckets and partitions (Kafka's murmur2).
 //! - [`cql`]: the CQL session and the keyspace schema that `likes migrate` applies.
 //! - [`kafka`]: client configuration shared by every producer, consumer and admin client.
+//! - [`dedupe`]: stage 1, events → per-item deltas, exactly once with Kafka transactions.
+//! - [`count`]: stage 2, deltas → one (item, window, +N) → the LWT fence on `like_counts`.
+//! - [`metrics`]: every exported metric, named in one place.
 //! - [`cmd`]: one module per subcommand.
 
 pub mod cmd;
 pub mod config;
+pub mod count;
 pub mod cql;
+pub mod dedupe;
 pub mod error;
 pub mod hash;
 pub mod kafka;
+pub mod metrics;
 pub mod schema;
 pub mod telemetry;
 pub mod topology;

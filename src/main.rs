@@ -34,10 +34,18 @@ enum Command {
     Topics,
     /// Print the effective configuration and topology, after all overrides, and exit.
     Config,
+    /// Stage 1: events -> deduplicated per-item deltas, exactly once (runs until SIGTERM).
+    Dedupe,
+    /// Stage 2: deltas -> one (item, window, +N) -> the fenced counter rows (runs until SIGTERM).
+    Count,
+    /// Both stages in one process, for development (runs until SIGTERM).
+    Topology,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Fail points (FAILPOINTS=name=action;...) exist only in builds with `--features failpoints`.
+    let _failpoints = fail::FailScenario::setup();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -68,6 +76,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let report = cmd::topics::run(&settings, &topology).await?;
                 out(&report.to_string());
             }
+            Command::Dedupe => cmd::stages::run_dedupe(&settings, &topology).await?,
+            Command::Count => cmd::stages::run_count(&settings, &topology).await?,
+            Command::Topology => cmd::stages::run_topology(&settings, &topology).await?,
             Command::Config => {
                 out(&format!(
                     "# effective configuration\n{}\n# effective topology\n{}",

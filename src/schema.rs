@@ -24,6 +24,7 @@ mod tests {
             epoch: 1,
             bucket: 12,
             source: Source::Api as i32,
+            prev_event_time_ms: 1_699_999_999_000,
         };
         let bytes = e.encode_to_vec();
         assert_eq!(LikeEvent::decode(bytes.as_slice()).unwrap(), e);

@@ -52,6 +52,7 @@ async fn like_events_round_trip_on_the_murmur2_partition() {
                 event_time_ms: 1_700_000_000_000 + i as i64,
                 epoch: 1,
                 source: Source::Test as i32,
+                prev_event_time_ms: 0,
             }
         })
         .collect();

@@ -3,3 +3,4 @@
 
 pub mod migrate;
 pub mod topics;
+pub mod stages;

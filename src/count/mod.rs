@@ -1,0 +1,277 @@
+//! Stage 2, `likes count`: `likes.deltas` (key item) → one (item, window, +N) per item per
+//! window → `like_counts` through the LWT fence.
+//!
+//! Each round reads a batch (read_committed, so it stops at the first open transaction),
+//! feeds the windows, applies every window that closed, and only then commits each
+//! partition's offset: the first record of its still-open window, with that window's start
+//! as the clock in the commit metadata. After a crash the replay rebuilds the open windows
+//! from the same records, and any window already applied bounces off the fence.
+
+pub mod sink;
+pub mod window;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prost::Message as _;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tracing::{info, warn};
+
+use crate::config::Settings;
+use crate::cql;
+use crate::error::Result;
+use crate::kafka;
+use crate::metrics as m;
+use crate::schema::v1::{delta_record::Record, DeltaRecord};
+use crate::topology::Topology;
+use sink::{Sink, SinkStats};
+use window::{ResumePoint, Windows};
+
+#[derive(Default)]
+struct Assignments {
+    assigned: Mutex<Vec<i32>>,
+    revoked: Mutex<Vec<i32>>,
+}
+
+struct CountContext(Arc<Assignments>);
+
+impl ClientContext for CountContext {}
+
+impl ConsumerContext for CountContext {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let parts = |tpl: &TopicPartitionList| -> Vec<i32> {
+            tpl.elements().iter().map(|e| e.partition()).collect()
+        };
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                info!(partitions = ?parts(tpl), "assigned");
+                self.0.assigned.lock().unwrap().extend(parts(tpl));
+            }
+            Rebalance::Revoke(tpl) => {
+                info!(partitions = ?parts(tpl), "revoked");
+                self.0.revoked.lock().unwrap().extend(parts(tpl));
+            }
+            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
+        }
+    }
+}
+
+/// The commit metadata that carries a partition's clock.
+fn clock_metadata(clock_ms: i64) -> String {
+    format!("clock={clock_ms}")
+}
+
+fn parse_clock(metadata: &str) -> Option<i64> {
+    metadata.strip_prefix("clock=")?.parse().ok()
+}
+
+/// One stage-2 worker.
+pub struct Count {
+    settings: Settings,
+    consumer: BaseConsumer<CountContext>,
+    dlq: BaseProducer,
+    assignments: Arc<Assignments>,
+    windows: Windows,
+    sink: Sink,
+    deltas_topic: String,
+    dlq_topic: String,
+    window_ms: i64,
+    committed: Vec<(i32, ResumePoint)>,
+    pub records: u64,
+}
+
+impl Count {
+    pub async fn new(settings: &Settings, topology: &Topology) -> Result<Self> {
+        let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.count);
+        let assignments = Arc::new(Assignments::default());
+        let consumer: BaseConsumer<CountContext> = kafka::client_config(&settings.kafka)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("isolation.level", "read_committed")
+            .set("partition.assignment.strategy", "range")
+            .create_with_context(CountContext(assignments.clone()))?;
+        let deltas_topic = settings.topic(&topology.topics.deltas.name);
+        consumer.subscribe(&[&deltas_topic])?;
+        let dlq: BaseProducer = kafka::producer_config(&settings.kafka).create()?;
+        let session = cql::connect(&settings.cql).await?;
+        let sink = Sink::new(session, &settings.cql.keyspace, settings.count.max_in_flight).await?;
+        info!(%group, "count started");
+        Ok(Self {
+            settings: settings.clone(),
+            consumer,
+            dlq,
+            assignments,
+            windows: Windows::new(topology.window.as_millis() as i64),
+            sink,
+            deltas_topic,
+            dlq_topic: settings.topic(&topology.topics.dlq.name),
+            window_ms: topology.window.as_millis() as i64,
+            committed: Vec::new(),
+            records: 0,
+        })
+    }
+
+    pub fn sink_stats(&self) -> &SinkStats {
+        &self.sink.stats
+    }
+
+    /// Runs until `stop` is set or a fatal error.
+    pub async fn run(&mut self, stop: &AtomicBool) -> Result<()> {
+        while !stop.load(Ordering::Relaxed) {
+            self.round().await?;
+        }
+        info!(records = self.records, sink = ?self.sink.stats, "count stopping");
+        Ok(())
+    }
+
+    /// One round: read a batch, apply the windows it closed, commit.
+    pub async fn round(&mut self) -> Result<()> {
+        let batch = tokio::task::block_in_place(|| self.poll_batch())?;
+        self.handle_rebalance()?;
+        for msg in &batch {
+            self.observe(msg)?;
+        }
+        let closed = self.windows.take_closed();
+        if !closed.is_empty() {
+            self.sink.apply(closed, self.window_ms).await?;
+        }
+        fail::fail_point!("count-after-sink-before-commit");
+        self.commit()
+    }
+
+    fn poll_batch(&self) -> Result<Vec<OwnedMessage>> {
+        let mut batch = Vec::new();
+        if let Some(first) = self.consumer.poll(Duration::from_millis(100)) {
+            batch.push(first?.detach());
+            while batch.len() < self.settings.count.max_batch {
+                match self.consumer.poll(Duration::ZERO) {
+                    Some(m) => batch.push(m?.detach()),
+                    None => break,
+                }
+            }
+        }
+        Ok(batch)
+    }
+
+    fn handle_rebalance(&mut self) -> Result<()> {
+        for p in std::mem::take(&mut *self.assignments.revoked.lock().unwrap()) {
+            self.windows.revoke(p);
+            self.committed.retain(|(q, _)| *q != p);
+        }
+        let assigned = std::mem::take(&mut *self.assignments.assigned.lock().unwrap());
+        if assigned.is_empty() {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for &p in &assigned {
+            tpl.add_partition(&self.deltas_topic, p);
+        }
+        let committed = tokio::task::block_in_place(|| {
+            self.consumer
+                .committed_offsets(tpl, self.settings.kafka.request_timeout)
+        })?;
+        for e in committed.elements() {
+            let resume = match e.offset() {
+                Offset::Offset(o) => Some(ResumePoint {
+                    offset: o,
+                    clock_ms: parse_clock(e.metadata()).unwrap_or(0),
+                }),
+                _ => None,
+            };
+            info!(partition = e.partition(), ?resume, "partition ready");
+            self.windows.assign(e.partition(), resume);
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self, msg: &OwnedMessage) -> Result<()> {
+        let p = msg.partition();
+        if !self.windows.owns(p) {
+            // Fetched before a revoke we have already handled: the new owner reads it.
+            return Ok(());
+        }
+        self.records += 1;
+        metrics::counter!(m::DELTA_RECORDS_IN).increment(1);
+        let ts = msg.timestamp().to_millis().unwrap_or(0);
+        let decoded = msg
+            .payload()
+            .ok_or_else(|| "record has no value".to_string())
+            .and_then(|v| DeltaRecord::decode(v).map_err(|e| format!("undecodable DeltaRecord: {e}")));
+        match decoded.map(|r| r.record) {
+            Ok(Some(Record::Delta(d))) => {
+                self.windows.observe(p, msg.offset(), ts, Some((&d.item_id, d.delta, d.event_time_ms)))
+            }
+            Ok(Some(Record::Correction(c))) => {
+                info!(item = %c.item_id, delta = c.delta, id = %c.correction_id, reason = %c.reason, "correction");
+                self.windows.observe(p, msg.offset(), ts, Some((&c.item_id, c.delta, c.snapshot_time_ms)))
+            }
+            Ok(Some(Record::Tick(_))) => self.windows.observe(p, msg.offset(), ts, None),
+            Ok(None) => self.dead_letter(msg, "DeltaRecord holds no record".into())?,
+            Err(reason) => self.dead_letter(msg, reason)?,
+        }
+        Ok(())
+    }
+
+    fn dead_letter(&mut self, msg: &OwnedMessage, reason: String) -> Result<()> {
+        warn!(partition = msg.partition(), offset = msg.offset(), %reason, "dead letter");
+        metrics::counter!(m::DLQ_RECORDS, "stage" => "count").increment(1);
+        // Keep the clock moving: the record's position still counts for the window.
+        let ts = msg.timestamp().to_millis().unwrap_or(0);
+        self.windows.observe(msg.partition(), msg.offset(), ts, None);
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: "likes.error", value: Some(reason.as_str()) })
+            .insert(Header { key: "likes.source.topic", value: Some(self.deltas_topic.as_str()) })
+            .insert(Header { key: "likes.source.partition", value: Some(&msg.partition().to_string()) })
+            .insert(Header { key: "likes.source.offset", value: Some(&msg.offset().to_string()) });
+        let mut r: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.dlq_topic).headers(headers);
+        if let Some(k) = msg.key() {
+            r = r.key(k);
+        }
+        if let Some(v) = msg.payload() {
+            r = r.payload(v);
+        }
+        self.dlq.send(r).map_err(|(e, _)| e)?;
+        // The dead letter must be durable before the offset that skips it is committed.
+        self.dlq.flush(self.settings.kafka.request_timeout)?;
+        Ok(())
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        let points = self.windows.resume_points();
+        if points == self.committed {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (p, point) in &points {
+            tpl.add_partition_offset(&self.deltas_topic, *p, Offset::Offset(point.offset))?;
+            if let Some(mut e) = tpl.find_partition(&self.deltas_topic, *p) {
+                e.set_metadata(clock_metadata(point.clock_ms));
+            }
+        }
+        tokio::task::block_in_place(|| self.consumer.commit(&tpl, CommitMode::Sync))?;
+        self.committed = points;
+        Ok(())
+    }
+}
+
+/// Runs stage 2 until `stop`.
+pub async fn run(settings: &Settings, topology: &Topology, stop: Arc<AtomicBool>) -> Result<SinkStats> {
+    let mut c = Count::new(settings, topology).await?;
+    c.run(&stop).await?;
+    Ok(c.sink.stats.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn clock_metadata_round_trips() {
+        assert_eq!(super::parse_clock(&super::clock_metadata(123_000)), Some(123_000));
+        assert_eq!(super::parse_clock(""), None);
+    }
+}

@@ -1,0 +1,236 @@
+//! Windows of stage 2, a pure function of the deltas log.
+//!
+//! Each `likes.deltas` partition has its own clock: the records' log-append time, made
+//! monotonic (`clock = max(clock, timestamp)`). A window is `clock / window_ms`. Records are
+//! read in offset order (read_committed), so once a record moves the clock into a later
+//! window, every earlier window of that partition is complete and closes. Items are keyed,
+//! so an item lives on exactly one partition and (item, window) is unique.
+//!
+//! After a restart the consumer resumes at the first record of the window that was open, with
+//! the clock restored to that window's start (kept in the commit's metadata): the replay
+//! rebuilds the same window from the same records.
+
+use std::collections::HashMap;
+
+/// One item's change within a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ItemDelta {
+    pub delta: i64,
+    /// Earliest event time of the deltas summed here, Unix ms (staleness is measured from it).
+    pub event_time_ms: i64,
+}
+
+/// A window that can no longer change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedWindow {
+    pub partition: i32,
+    pub id: i64,
+    pub end_ms: i64,
+    pub items: HashMap<String, ItemDelta>,
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    id: i64,
+    first_offset: i64,
+    items: HashMap<String, ItemDelta>,
+}
+
+#[derive(Debug, Default)]
+struct PartitionState {
+    clock_ms: i64,
+    open: Option<Open>,
+    next_offset: i64,
+}
+
+/// Where a partition may be committed: the offset to resume from and the clock to resume with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumePoint {
+    pub offset: i64,
+    pub clock_ms: i64,
+}
+
+/// The windows of every partition this stage-2 process owns.
+#[derive(Debug)]
+pub struct Windows {
+    window_ms: i64,
+    partitions: HashMap<i32, PartitionState>,
+    closed: Vec<ClosedWindow>,
+}
+
+impl Windows {
+    pub fn new(window_ms: i64) -> Self {
+        Self {
+            window_ms,
+            partitions: HashMap::new(),
+            closed: Vec::new(),
+        }
+    }
+
+    /// Starts (or restarts) a partition at a committed resume point.
+    pub fn assign(&mut self, partition: i32, resume: Option<ResumePoint>) {
+        let r = resume.unwrap_or(ResumePoint { offset: 0, clock_ms: 0 });
+        self.partitions.insert(
+            partition,
+            PartitionState {
+                clock_ms: r.clock_ms,
+                open: None,
+                next_offset: r.offset,
+            },
+        );
+    }
+
+    /// Forgets a revoked partition: its open window is rebuilt by the next owner.
+    pub fn revoke(&mut self, partition: i32) {
+        self.partitions.remove(&partition);
+        self.closed.retain(|w| w.partition != partition);
+    }
+
+    pub fn owns(&self, partition: i32) -> bool {
+        self.partitions.contains_key(&partition)
+    }
+
+    /// Feeds one record: a tick (`delta` = None) only moves the clock.
+    pub fn observe(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        timestamp_ms: i64,
+        delta: Option<(&str, i64, i64)>,
+    ) {
+        let window_ms = self.window_ms;
+        let p = self.partitions.entry(partition).or_default();
+        p.clock_ms = p.clock_ms.max(timestamp_ms);
+        let id = p.clock_ms.div_euclid(window_ms);
+        if let Some(open) = p.open.take_if(|o| o.id < id) {
+            if !open.items.is_empty() {
+                self.closed.push(ClosedWindow {
+                    partition,
+                    id: open.id,
+                    end_ms: (open.id + 1) * window_ms,
+                    items: open.items,
+                });
+            }
+        }
+        let open = p.open.get_or_insert_with(|| Open {
+            id,
+            first_offset: offset,
+            items: HashMap::new(),
+        });
+        if let Some((item, d, event_time_ms)) = delta {
+            let e = open.items.entry(item.to_string()).or_insert(ItemDelta {
+                delta: 0,
+                event_time_ms,
+            });
+            e.delta += d;
+            e.event_time_ms = e.event_time_ms.min(event_time_ms);
+        }
+        p.next_offset = offset + 1;
+    }
+
+    /// Takes the windows closed since the last call.
+    pub fn take_closed(&mut self) -> Vec<ClosedWindow> {
+        std::mem::take(&mut self.closed)
+    }
+
+    /// Where each partition may be committed once every window taken so far is applied:
+    /// the first record of its open window (with that window's start as the clock), or the
+    /// next record when no window is open.
+    pub fn resume_points(&self) -> Vec<(i32, ResumePoint)> {
+        let mut v: Vec<(i32, ResumePoint)> = self
+            .partitions
+            .iter()
+            .map(|(&partition, p)| {
+                let point = match &p.open {
+                    Some(o) => ResumePoint {
+                        offset: o.first_offset,
+                        clock_ms: o.id * self.window_ms,
+                    },
+                    None => ResumePoint {
+                        offset: p.next_offset,
+                        clock_ms: p.clock_ms,
+                    },
+                };
+                (partition, point)
+            })
+            .collect();
+        v.sort_by_key(|(p, _)| *p);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (offset, timestamp, item delta)
+    type Rec = (i64, i64, Option<(&'static str, i64)>);
+
+    fn feed(w: &mut Windows, recs: &[Rec]) -> Vec<ClosedWindow> {
+        for &(o, ts, d) in recs {
+            w.observe(0, o, ts, d.map(|(i, n)| (i, n, ts)));
+        }
+        w.take_closed()
+    }
+
+    fn sums(closed: &[ClosedWindow]) -> Vec<(i64, &str, i64)> {
+        let mut v: Vec<_> = closed
+            .iter()
+            .flat_map(|w| w.items.iter().map(move |(i, d)| (w.id, i.as_str(), d.delta)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    const LOG: &[Rec] = &[
+        (0, 1000, Some(("a", 1))),
+        (1, 1500, Some(("a", 2))),
+        (2, 1400, Some(("b", -1))), // clock went backwards: stays in window 1
+        (3, 2100, None),            // tick: closes window 1
+        (4, 2200, Some(("a", 5))),
+        (5, 3000, Some(("b", 1))), // closes window 2
+        (6, 3100, None),
+    ];
+
+    #[test]
+    fn windows_close_when_the_clock_passes_them() {
+        let mut w = Windows::new(1000);
+        w.assign(0, None);
+        let closed = feed(&mut w, LOG);
+        assert_eq!(sums(&closed), vec![(1, "a", 3), (1, "b", -1), (2, "a", 5)]);
+        assert_eq!(closed[0].end_ms, 2000);
+        // Window 3 is open; resume at its first record with its start as the clock.
+        assert_eq!(w.resume_points(), vec![(0, ResumePoint { offset: 5, clock_ms: 3000 })]);
+    }
+
+    #[test]
+    fn a_restart_at_the_resume_point_rebuilds_the_same_windows() {
+        let mut w = Windows::new(1000);
+        w.assign(0, None);
+        let mut all = feed(&mut w, &LOG[..5]); // crash after offset 4: window 2 open
+        let resume = w.resume_points()[0].1;
+        assert_eq!(resume, ResumePoint { offset: 4, clock_ms: 2000 });
+        let mut w2 = Windows::new(1000);
+        w2.assign(0, Some(resume));
+        all.extend(feed(&mut w2, &LOG[resume.offset as usize..]));
+        let mut once = Windows::new(1000);
+        once.assign(0, None);
+        assert_eq!(sums(&all), sums(&feed(&mut once, LOG)));
+    }
+
+    #[test]
+    fn a_late_record_after_restart_joins_the_open_window() {
+        // The record that opened window 2 is followed by one stamped in window 1's range.
+        let log: &[Rec] = &[(0, 1900, Some(("a", 1))), (1, 2050, Some(("a", 1))), (2, 1990, Some(("a", 1))), (3, 3000, None)];
+        let mut w = Windows::new(1000);
+        w.assign(0, None);
+        feed(&mut w, &log[..1]);
+        let first = feed(&mut w, &log[1..2]);
+        let resume = w.resume_points()[0].1;
+        let mut w2 = Windows::new(1000);
+        w2.assign(0, Some(resume));
+        let replayed = feed(&mut w2, &log[1..]);
+        assert_eq!(sums(&first), vec![(1, "a", 1)]);
+        assert_eq!(sums(&replayed), vec![(2, "a", 2)]);
+    }
+}

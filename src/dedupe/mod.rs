@@ -1,0 +1,433 @@
+//! Stage 1, `likes dedupe`: `likes.events` (key item#bucket) → `likes.deltas` (key item).
+//!
+//! Each loop turn reads a batch, runs every event through the delta rule against the edge
+//! state (RocksDB plus this batch's own changes), combines the deltas per item, and commits,
+//! in one Kafka transaction: the Delta records, the changelog records of every edge that
+//! changed, dead letters, ticks, and the input offsets. Only after that transaction commits
+//! does the batch's state reach RocksDB, with the offsets it reflects (see [`state`] and
+//! [`recovery`] for why this keeps state and offsets in agreement across any crash).
+//!
+//! The loop is synchronous on its own thread: librdkafka's transactional calls block, and a
+//! batch is a strict sequence (poll → process → commit) with nothing to overlap.
+
+pub mod event;
+pub mod recovery;
+pub mod rule;
+pub mod state;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prost::Message as _;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tracing::{info, warn};
+
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::kafka;
+use crate::metrics as m;
+use crate::schema::v1::{delta_record, Delta, DeltaRecord, Tick};
+use crate::topology::Topology;
+use rule::{EdgeVersion, Verdict};
+use state::{edge_key, now_ms, EdgeStore};
+
+/// Partitions assigned by the last rebalance and not yet recovered.
+#[derive(Default)]
+struct Assignments {
+    pending: Mutex<Vec<i32>>,
+    revoked: Mutex<Vec<i32>>,
+}
+
+struct DedupeContext(Arc<Assignments>);
+
+impl ClientContext for DedupeContext {}
+
+impl ConsumerContext for DedupeContext {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let ps: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                info!(partitions = ?ps, "assigned");
+                self.0.pending.lock().unwrap().extend(ps);
+            }
+            Rebalance::Revoke(tpl) => {
+                let ps: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                info!(partitions = ?ps, "revoked");
+                self.0.revoked.lock().unwrap().extend(ps);
+            }
+            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
+        }
+    }
+}
+
+/// Counters of one stage-1 process, read by tests and exported as metrics.
+#[derive(Debug, Default, Clone)]
+pub struct DedupeStats {
+    pub events: u64,
+    pub duplicates: u64,
+    pub dead_letters: u64,
+    pub deltas_out: u64,
+    pub transactions: u64,
+}
+
+/// One stage-1 worker.
+pub struct Dedupe {
+    settings: Settings,
+    topology: Topology,
+    consumer: BaseConsumer<DedupeContext>,
+    producer: BaseProducer,
+    store: EdgeStore,
+    assignments: Arc<Assignments>,
+    recovered: HashSet<i32>,
+    events_topic: String,
+    deltas_topic: String,
+    dlq_topic: String,
+    changelog_topic: String,
+    deltas_partitions: i32,
+    last_tick: Instant,
+    pub stats: DedupeStats,
+}
+
+/// One batch's work, built before its transaction.
+#[derive(Default)]
+struct Batch {
+    /// Edge key → (new version, input partition).
+    edges: HashMap<Vec<u8>, (EdgeVersion, i32)>,
+    /// Item → (sum of deltas, earliest event time, events).
+    items: BTreeMap<String, (i64, i64, u32)>,
+    /// Partition → (first offset, next offset).
+    offsets: BTreeMap<i32, (i64, i64)>,
+    dead: Vec<DeadLetter>,
+}
+
+struct DeadLetter {
+    key: Option<Vec<u8>>,
+    payload: Option<Vec<u8>>,
+    partition: i32,
+    offset: i64,
+    reason: String,
+}
+
+impl Dedupe {
+    /// Connects, opens the state, initialises the transactional producer (fencing any earlier
+    /// incarnation of this instance) and subscribes.
+    pub fn new(settings: &Settings, topology: &Topology) -> Result<Self> {
+        let instance = settings.instance_id();
+        let events_topic = settings.topic(&topology.topics.events.name);
+        let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe);
+        let assignments = Arc::new(Assignments::default());
+        let consumer: BaseConsumer<DedupeContext> = kafka::client_config(&settings.kafka)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("isolation.level", "read_committed")
+            .set("partition.assignment.strategy", "range")
+            .create_with_context(DedupeContext(assignments.clone()))?;
+        let producer: BaseProducer = kafka::producer_config(&settings.kafka)
+            .set("transactional.id", format!("{group}-{instance}"))
+            .set(
+                "transaction.timeout.ms",
+                settings.dedupe.transaction_timeout.as_millis().to_string(),
+            )
+            // librdkafka requires it: a socket may not outwait the transaction.
+            .set(
+                "socket.timeout.ms",
+                settings
+                    .kafka
+                    .request_timeout
+                    .min(settings.dedupe.transaction_timeout)
+                    .as_millis()
+                    .to_string(),
+            )
+            .create()?;
+        producer.init_transactions(settings.kafka.request_timeout)?;
+        let dir = settings.dedupe.state_dir.join(&group);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::State(format!("create {}: {e}", dir.display())))?;
+        let store = EdgeStore::open(
+            &dir,
+            topology.dedupe_ttl.as_millis() as i64,
+            settings.dedupe.block_cache_mb << 20,
+        )?;
+        consumer.subscribe(&[&events_topic])?;
+        info!(%group, %instance, state = %dir.display(), "dedupe started");
+        Ok(Self {
+            settings: settings.clone(),
+            topology: topology.clone(),
+            consumer,
+            producer,
+            store,
+            assignments,
+            recovered: HashSet::new(),
+            deltas_topic: settings.topic(&topology.topics.deltas.name),
+            dlq_topic: settings.topic(&topology.topics.dlq.name),
+            changelog_topic: settings.topic(&topology.topics.dedupe_changelog.name),
+            events_topic,
+            deltas_partitions: topology.topics.deltas.partitions,
+            last_tick: Instant::now() - topology.tick_interval,
+            stats: DedupeStats::default(),
+        })
+    }
+
+    /// Runs until `stop` is set or a fatal error.
+    pub fn run(&mut self, stop: &AtomicBool) -> Result<()> {
+        while !stop.load(Ordering::Relaxed) {
+            self.turn()?;
+        }
+        info!(stats = ?self.stats, "dedupe stopping");
+        Ok(())
+    }
+
+    /// One loop turn: poll a batch, recover newly assigned partitions, process, commit.
+    pub fn turn(&mut self) -> Result<()> {
+        let tick_every = self.topology.tick_interval;
+        let wait = tick_every
+            .saturating_sub(self.last_tick.elapsed())
+            .min(Duration::from_millis(100));
+        let mut batch = Batch::default();
+        let mut pending_msgs = Vec::new();
+        if let Some(first) = self.consumer.poll(wait) {
+            pending_msgs.push(first?.detach());
+            while pending_msgs.len() < self.settings.dedupe.max_batch {
+                match self.consumer.poll(Duration::ZERO) {
+                    Some(m) => pending_msgs.push(m?.detach()),
+                    None => break,
+                }
+            }
+        }
+        self.handle_rebalance()?;
+        let now = now_ms();
+        let horizon = self.topology.dedupe_ttl.as_millis() as i64;
+        for m in &pending_msgs {
+            self.process(m, &mut batch, now, horizon)?;
+        }
+        let tick_due = self.last_tick.elapsed() >= tick_every;
+        if batch.offsets.is_empty() && !tick_due {
+            return Ok(());
+        }
+        match self.commit(&batch, tick_due) {
+            Ok(()) => {}
+            Err(e) if e.is_retryable() || is_abortable(&e) => {
+                warn!(error = %e, "transaction failed; aborting and re-reading the batch");
+                let _ = self.producer.abort_transaction(self.settings.kafka.request_timeout);
+                for (&p, &(first, _)) in &batch.offsets {
+                    self.consumer.seek(
+                        &self.events_topic,
+                        p,
+                        Offset::Offset(first),
+                        self.settings.kafka.request_timeout,
+                    )?;
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        if tick_due {
+            self.last_tick = Instant::now();
+        }
+        self.store.commit(
+            batch.edges.iter().map(|(k, (v, _))| (k.as_slice(), v)),
+            batch.offsets.iter().map(|(&p, &(_, next))| (p, next)),
+        )?;
+        fail::fail_point!("dedupe-after-state-write");
+        self.producer.poll(Duration::ZERO);
+        self.stats.transactions += 1;
+        metrics::counter!(m::TRANSACTIONS).increment(1);
+        metrics::counter!(m::EVENTS_IN).increment(pending_msgs.len() as u64);
+        Ok(())
+    }
+
+    fn handle_rebalance(&mut self) -> Result<()> {
+        for p in std::mem::take(&mut *self.assignments.revoked.lock().unwrap()) {
+            self.recovered.remove(&p);
+        }
+        let pending = std::mem::take(&mut *self.assignments.pending.lock().unwrap());
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for &p in &pending {
+            tpl.add_partition(&self.events_topic, p);
+        }
+        let committed = self
+            .consumer
+            .committed_offsets(tpl, self.settings.kafka.request_timeout)?;
+        for e in committed.elements() {
+            let offset = match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            };
+            let r = recovery::recover_partition(
+                &self.settings,
+                &self.changelog_topic,
+                &self.store,
+                e.partition(),
+                offset,
+            )?;
+            info!(partition = e.partition(), recovery = ?r, "partition ready");
+            self.recovered.insert(e.partition());
+        }
+        Ok(())
+    }
+
+    fn process(&mut self, m: &rdkafka::message::OwnedMessage, batch: &mut Batch, now: i64, horizon: i64) -> Result<()> {
+        let p = m.partition();
+        batch
+            .offsets
+            .entry(p)
+            .and_modify(|(_, next)| *next = m.offset() + 1)
+            .or_insert((m.offset(), m.offset() + 1));
+        self.stats.events += 1;
+        let valid = match event::parse(m.key(), m.payload(), self.topology.buckets) {
+            Ok(v) => v,
+            Err(reason) => {
+                batch.dead.push(DeadLetter {
+                    key: m.key().map(<[u8]>::to_vec),
+                    payload: m.payload().map(<[u8]>::to_vec),
+                    partition: p,
+                    offset: m.offset(),
+                    reason,
+                });
+                return Ok(());
+            }
+        };
+        let key = edge_key(&valid.event.item_id, &valid.event.user_id);
+        let remembered = match batch.edges.get(&key) {
+            Some((v, _)) => Some(*v),
+            None => self.store.get(&key)?,
+        };
+        match rule::apply(remembered, valid.flip, now, horizon) {
+            Verdict::Drop => {
+                self.stats.duplicates += 1;
+                metrics::counter!(m::DUPLICATES).increment(1);
+            }
+            Verdict::Apply { delta, state } => {
+                batch.edges.insert(key, (state, p));
+                let e = batch
+                    .items
+                    .entry(valid.event.item_id)
+                    .or_insert((0, i64::MAX, 0));
+                e.0 += delta;
+                e.1 = e.1.min(valid.flip.event_time_ms);
+                e.2 += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, batch: &Batch, tick: bool) -> Result<()> {
+        let timeout = self.settings.kafka.request_timeout;
+        self.producer.begin_transaction()?;
+        for d in &batch.dead {
+            let headers = OwnedHeaders::new()
+                .insert(Header { key: "likes.error", value: Some(d.reason.as_str()) })
+                .insert(Header { key: "likes.source.topic", value: Some(self.events_topic.as_str()) })
+                .insert(Header { key: "likes.source.partition", value: Some(&d.partition.to_string()) })
+                .insert(Header { key: "likes.source.offset", value: Some(&d.offset.to_string()) });
+            let mut r: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.dlq_topic).headers(headers);
+            if let Some(k) = &d.key {
+                r = r.key(k.as_slice());
+            }
+            if let Some(v) = &d.payload {
+                r = r.payload(v.as_slice());
+            }
+            send(&self.producer, r)?;
+            warn!(partition = d.partition, offset = d.offset, reason = %d.reason, "dead letter");
+            self.stats.dead_letters += 1;
+            metrics::counter!(m::DLQ_RECORDS, "stage" => "dedupe").increment(1);
+        }
+        for (item, &(delta, event_time_ms, events)) in &batch.items {
+            if delta == 0 {
+                continue;
+            }
+            let value = DeltaRecord {
+                record: Some(delta_record::Record::Delta(Delta {
+                    item_id: item.clone(),
+                    delta,
+                    event_time_ms,
+                    events,
+                })),
+            }
+            .encode_to_vec();
+            send(&self.producer, BaseRecord::to(&self.deltas_topic).key(item.as_bytes()).payload(&value))?;
+            self.stats.deltas_out += 1;
+            metrics::counter!(m::DELTAS_OUT).increment(1);
+        }
+        for (key, (version, partition)) in &batch.edges {
+            let value = state::encode_version(version);
+            send(
+                &self.producer,
+                BaseRecord::to(&self.changelog_topic)
+                    .partition(*partition)
+                    .key(key.as_slice())
+                    .payload(&value[..]),
+            )?;
+        }
+        if tick {
+            let value = DeltaRecord {
+                record: Some(delta_record::Record::Tick(Tick { produced_at_ms: now_ms() })),
+            }
+            .encode_to_vec();
+            for p in 0..self.deltas_partitions {
+                send(&self.producer, BaseRecord::<[u8], _>::to(&self.deltas_topic).partition(p).payload(&value))?;
+            }
+        }
+        if !batch.offsets.is_empty() {
+            let mut tpl = TopicPartitionList::new();
+            for (&p, &(_, next)) in &batch.offsets {
+                tpl.add_partition_offset(&self.events_topic, p, Offset::Offset(next))?;
+            }
+            let meta = self
+                .consumer
+                .group_metadata()
+                .ok_or_else(|| Error::Config("consumer has no group metadata".into()))?;
+            self.producer.send_offsets_to_transaction(&tpl, &meta, timeout)?;
+        }
+        fail::fail_point!("dedupe-before-commit", |_| Err(Error::Injected("dedupe-before-commit")));
+        self.producer.commit_transaction(timeout)?;
+        fail::fail_point!("dedupe-after-commit");
+        Ok(())
+    }
+}
+
+/// Whether librdkafka says the transaction can be aborted and retried.
+fn is_abortable(e: &Error) -> bool {
+    match e {
+        Error::Kafka(rdkafka::error::KafkaError::Transaction(r)) => {
+            !r.is_fatal() && (r.txn_requires_abort() || r.is_retriable())
+        }
+        _ => false,
+    }
+}
+
+/// Enqueues a record, serving delivery callbacks while the local queue is full.
+fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?Sized>(
+    producer: &BaseProducer,
+    mut record: BaseRecord<'_, K, P>,
+) -> Result<()> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                producer.poll(Duration::from_millis(10));
+            }
+            Err((e, _)) => return Err(e.into()),
+        }
+    }
+}
+
+/// Runs stage 1 on the current thread until `stop`.
+pub fn run(settings: &Settings, topology: &Topology, stop: Arc<AtomicBool>) -> Result<DedupeStats> {
+    let mut d = Dedupe::new(settings, topology)?;
+    d.run(&stop)?;
+    Ok(d.stats.clone())
+}
+

@@ -1,0 +1,188 @@
+//! Stage 1's local state in RocksDB: per edge the last counted (op_id, state, event time),
+//! and per input partition the offset the state reflects.
+//!
+//! Invariant: after recovery, the state of a partition reflects exactly the input below its
+//! committed offset. The stage writes state only after its Kafka transaction committed, in one
+//! WriteBatch with the new offsets; so local state is never ahead of Kafka, and when it lags
+//! (a crash between the commit and the write, or a lost disk) the partition is rebuilt from
+//! the changelog topic, which the same transactions wrote. See `super::recovery`.
+//!
+//! Keys: `e<item>\0<user>` for edges, `o<partition:i32 BE>` for offsets. Edges expire
+//! `horizon` after their event time: filtered on read, removed by a compaction filter.
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rocksdb::compaction_filter::Decision;
+use rocksdb::{BlockBasedOptions, Cache, Options, WriteBatch, WriteOptions, DB};
+
+use super::rule::EdgeVersion;
+use crate::error::{Error, Result};
+
+/// Wall clock, Unix ms: the clock TTLs are measured on.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The key of an edge in RocksDB and on the changelog topic.
+pub fn edge_key(item_id: &str, user_id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + item_id.len() + user_id.len());
+    k.push(b'e');
+    k.extend_from_slice(item_id.as_bytes());
+    k.push(0);
+    k.extend_from_slice(user_id.as_bytes());
+    k
+}
+
+fn offset_key(partition: i32) -> [u8; 5] {
+    let p = partition.to_be_bytes();
+    [b'o', p[0], p[1], p[2], p[3]]
+}
+
+/// 17 bytes: op_id (u64 BE), liked (u8), event time (i64 BE).
+pub fn encode_version(v: &EdgeVersion) -> [u8; 17] {
+    let mut b = [0u8; 17];
+    b[..8].copy_from_slice(&v.op_id.to_be_bytes());
+    b[8] = u8::from(v.liked);
+    b[9..].copy_from_slice(&v.event_time_ms.to_be_bytes());
+    b
+}
+
+pub fn decode_version(b: &[u8]) -> Option<EdgeVersion> {
+    if b.len() != 17 {
+        return None;
+    }
+    Some(EdgeVersion {
+        op_id: u64::from_be_bytes(b[..8].try_into().ok()?),
+        liked: b[8] == 1,
+        event_time_ms: i64::from_be_bytes(b[9..].try_into().ok()?),
+    })
+}
+
+/// The RocksDB-backed edge store of one stage-1 process.
+pub struct EdgeStore {
+    db: DB,
+    horizon_ms: i64,
+}
+
+impl EdgeStore {
+    /// Opens (or creates) the store in `dir`. `cache_bytes` bounds the block cache, which,
+    /// with the write buffers, bounds memory whatever the number of edges.
+    pub fn open(dir: &Path, horizon_ms: i64, cache_bytes: usize) -> Result<Self> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.set_write_buffer_size(32 << 20);
+        opts.set_max_write_buffer_number(2);
+        opts.set_max_open_files(256);
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&Cache::new_lru_cache(cache_bytes));
+        table.set_bloom_filter(10.0, false);
+        table.set_cache_index_and_filter_blocks(true);
+        opts.set_block_based_table_factory(&table);
+        opts.set_compaction_filter("likes-edge-ttl", move |_level, key: &[u8], value: &[u8]| {
+            if key.first() == Some(&b'e') {
+                if let Some(v) = decode_version(value) {
+                    if v.event_time_ms.saturating_add(horizon_ms) < now_ms() {
+                        return Decision::Remove;
+                    }
+                }
+            }
+            Decision::Keep
+        });
+        let db = DB::open(&opts, dir).map_err(|e| Error::State(format!("open {}: {e}", dir.display())))?;
+        Ok(Self { db, horizon_ms })
+    }
+
+    /// The remembered version of an edge, unless it has expired.
+    pub fn get(&self, key: &[u8]) -> Result<Option<EdgeVersion>> {
+        let v = self.db.get_pinned(key).map_err(|e| Error::State(e.to_string()))?;
+        Ok(v.and_then(|b| decode_version(&b))
+            .filter(|v| v.event_time_ms.saturating_add(self.horizon_ms) >= now_ms()))
+    }
+
+    /// The input offset partition `p`'s state reflects, if any.
+    pub fn offset(&self, partition: i32) -> Result<Option<i64>> {
+        let v = self
+            .db
+            .get(offset_key(partition))
+            .map_err(|e| Error::State(e.to_string()))?;
+        Ok(v.and_then(|b| b.try_into().ok().map(i64::from_be_bytes)))
+    }
+
+    /// Writes edges and offsets atomically (one WriteBatch, through the WAL).
+    pub fn commit<'a>(
+        &self,
+        edges: impl IntoIterator<Item = (&'a [u8], &'a EdgeVersion)>,
+        offsets: impl IntoIterator<Item = (i32, i64)>,
+    ) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for (k, v) in edges {
+            batch.put(k, encode_version(v));
+        }
+        for (p, o) in offsets {
+            batch.put(offset_key(p), o.to_be_bytes());
+        }
+        self.db
+            .write_opt(batch, &WriteOptions::default())
+            .map_err(|e| Error::State(e.to_string()))
+    }
+
+    /// Merges a changelog entry: keeps whichever version has the higher op_id.
+    pub fn merge_restored(&self, batch: &mut WriteBatch, key: &[u8], v: &EdgeVersion) -> Result<()> {
+        match self.get(key)? {
+            Some(have) if have.op_id >= v.op_id => {}
+            _ => batch.put(key, encode_version(v)),
+        }
+        Ok(())
+    }
+
+    /// Writes a batch built by [`Self::merge_restored`].
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.db.write(batch).map_err(|e| Error::State(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("likes-state-{}-{}", std::process::id(), now_ms()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn versions_and_offsets_survive_reopen_and_expire() {
+        let dir = tmp();
+        let h = 7 * 24 * 3600 * 1000;
+        let fresh = EdgeVersion { op_id: 3, liked: true, event_time_ms: now_ms() };
+        let old = EdgeVersion { op_id: 1, liked: true, event_time_ms: now_ms() - h - 1000 };
+        let (k1, k2) = (edge_key("i", "u1"), edge_key("i", "u2"));
+        {
+            let s = EdgeStore::open(&dir, h, 8 << 20).unwrap();
+            s.commit([(k1.as_slice(), &fresh), (k2.as_slice(), &old)], [(4, 1234)]).unwrap();
+        }
+        let s = EdgeStore::open(&dir, h, 8 << 20).unwrap();
+        assert_eq!(s.get(&k1).unwrap(), Some(fresh));
+        assert_eq!(s.get(&k2).unwrap(), None, "past the horizon");
+        assert_eq!(s.offset(4).unwrap(), Some(1234));
+        assert_eq!(s.offset(5).unwrap(), None);
+
+        let mut b = WriteBatch::default();
+        s.merge_restored(&mut b, &k1, &EdgeVersion { op_id: 2, ..fresh }).unwrap();
+        s.write(b).unwrap();
+        assert_eq!(s.get(&k1).unwrap().unwrap().op_id, 3, "older changelog entry loses");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn version_encoding_round_trips() {
+        let v = EdgeVersion { op_id: u64::MAX - 1, liked: false, event_time_ms: -5 };
+        assert_eq!(decode_version(&encode_version(&v)), Some(v));
+        assert_eq!(decode_version(b"short"), None);
+    }
+}

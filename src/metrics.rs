@@ -1,0 +1,67 @@
+//! Every metric `likes` exports, named in one place so `/metrics` is documented here.
+//! Exported in Prometheus text format when `metrics.listen` is set.
+
+use std::net::SocketAddr;
+
+use metrics_exporter_prometheus::PrometheusBuilder;
+
+use crate::error::{Error, Result};
+
+/// Stage 1: LikeEvents read from `likes.events`.
+pub const EVENTS_IN: &str = "likes_dedupe_events_total";
+/// Stage 1: events dropped as duplicates or stale reorders.
+pub const DUPLICATES: &str = "likes_dedupe_duplicates_total";
+/// Stage 1: combined Delta records written to `likes.deltas`.
+pub const DELTAS_OUT: &str = "likes_dedupe_deltas_total";
+/// Records sent to `likes.dlq` (label `stage`).
+pub const DLQ_RECORDS: &str = "likes_dlq_records_total";
+/// Stage 1: committed transactions.
+pub const TRANSACTIONS: &str = "likes_dedupe_transactions_total";
+/// Stage 2: records read from `likes.deltas`.
+pub const DELTA_RECORDS_IN: &str = "likes_count_records_total";
+/// Stage 2: (item, window) pairs applied to `like_counts`.
+pub const WINDOWS_APPLIED: &str = "likes_count_windows_applied_total";
+/// Stage 2: (item, window) pairs skipped by the fence (already applied: a replay).
+pub const FENCE_SKIPS: &str = "likes_count_fence_skips_total";
+/// Stage 2: conditional writes issued to `like_counts`.
+pub const SINK_LWTS: &str = "likes_count_lwts_total";
+/// Stage 2: compare-and-set misses retried.
+pub const CAS_RETRIES: &str = "likes_count_cas_retries_total";
+/// Stage 2: counts clamped at zero (alert on any).
+pub const CLAMPS: &str = "likes_count_clamps_total";
+/// Stage 2: sink time minus event time of applied windows, seconds.
+pub const STALENESS_SECONDS: &str = "likes_count_staleness_seconds";
+/// Consumer lag in records, per stage (label `stage`).
+pub const CONSUMER_LAG: &str = "likes_consumer_lag_records";
+
+/// Starts the Prometheus exporter on `addr` (serves `/metrics`).
+pub fn install(addr: SocketAddr) -> Result<()> {
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full(STALENESS_SECONDS.into()),
+            &[0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0],
+        )
+        .map_err(|e| Error::Config(format!("metrics: {e}")))?
+        .install()
+        .map_err(|e| Error::Config(format!("metrics on {addr}: {e}")))?;
+    describe();
+    Ok(())
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(EVENTS_IN, "LikeEvents read by stage 1");
+    describe_counter!(DUPLICATES, "events dropped as duplicates or stale");
+    describe_counter!(DELTAS_OUT, "combined deltas written by stage 1");
+    describe_counter!(DLQ_RECORDS, "records sent to the dead-letter topic");
+    describe_counter!(TRANSACTIONS, "stage-1 transactions committed");
+    describe_counter!(DELTA_RECORDS_IN, "records read by stage 2");
+    describe_counter!(WINDOWS_APPLIED, "(item, window) pairs applied through the fence");
+    describe_counter!(FENCE_SKIPS, "(item, window) pairs the fence skipped (already applied)");
+    describe_counter!(SINK_LWTS, "conditional writes to like_counts");
+    describe_counter!(CAS_RETRIES, "compare-and-set misses retried");
+    describe_counter!(CLAMPS, "counts clamped at zero; alert on any");
+    describe_histogram!(STALENESS_SECONDS, Unit::Seconds, "sink time minus event time");
+    describe_gauge!(CONSUMER_LAG, "records behind the log end");
+}

@@ -1,0 +1,204 @@
+//! Helpers for whole-topology tests: a scripted event stream with its ground truth, and the
+//! two stages run in this process (fault tests run them as child processes instead).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use likes::config::Settings;
+use likes::schema::v1::{EdgeState, LikeEvent, Source};
+use likes::topology::Topology;
+use likes::{cmd, count, cql, dedupe, hash, kafka};
+
+/// A scripted stream: the records to produce (key, value) and each item's true count.
+pub struct Script {
+    pub records: Vec<(String, Vec<u8>)>,
+    pub truth: BTreeMap<String, i64>,
+    pub flips: usize,
+}
+
+/// `items` items, `users` users; every edge flips 0..=max_flips times (op n is a like when
+/// n is odd). Each event is produced 1-3 times, events of an edge are locally reordered,
+/// and some superseded flips are never published (as when the relay publishes only an
+/// edge's current state). The last flip of every edge is always published.
+pub fn script(seed: u64, items: usize, users: usize, max_flips: u64) -> Script {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let base_ms = likes::dedupe::state::now_ms() - 60_000;
+    let mut truth = BTreeMap::new();
+    let mut per_key: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
+    let mut flips = 0;
+    for i in 0..items {
+        let item = format!("item-{i}");
+        truth.insert(item.clone(), 0);
+        for u in 0..users {
+            let n = rng.random_range(0..=max_flips);
+            if n == 0 {
+                continue;
+            }
+            let user = format!("user-{u}");
+            let bucket = hash::bucket_of(&user, 64);
+            let key = hash::event_key(&item, bucket);
+            if n % 2 == 1 {
+                *truth.get_mut(&item).unwrap() += 1;
+            }
+            let mut events = Vec::new();
+            for op in 1..=n {
+                let superseded = op < n && rng.random_bool(0.2);
+                if superseded {
+                    continue;
+                }
+                let t = base_ms + (op as i64) * 100;
+                let e = LikeEvent {
+                    item_id: item.clone(),
+                    user_id: user.clone(),
+                    op_id: op,
+                    state: if op % 2 == 1 { EdgeState::Liked } else { EdgeState::Unliked } as i32,
+                    event_time_ms: t,
+                    epoch: 0,
+                    bucket,
+                    source: Source::Test as i32,
+                    prev_event_time_ms: if op > 1 { t - 100 } else { 0 },
+                };
+                flips += 1;
+                for _ in 0..rng.random_range(1..=3) {
+                    events.push((key.clone(), e.encode_to_vec()));
+                }
+            }
+            // Local reorder: swap a few neighbours.
+            for _ in 0..events.len() / 2 {
+                let j = rng.random_range(0..events.len());
+                let k = (j + 1).min(events.len() - 1);
+                events.swap(j, k);
+            }
+            per_key.entry(key).or_default().extend(events);
+        }
+    }
+    // Interleave keys, keeping each key's (already reordered) sequence.
+    let mut queues: Vec<Vec<(String, Vec<u8>)>> = per_key.into_values().map(|mut v| {
+        v.reverse();
+        v
+    }).collect();
+    let mut records = Vec::new();
+    while !queues.is_empty() {
+        queues.shuffle(&mut rng);
+        queues.retain_mut(|q| match q.pop() {
+            Some(r) => {
+                records.push(r);
+                !q.is_empty()
+            }
+            None => false,
+        });
+    }
+    Script { records, truth, flips }
+}
+
+/// Creates the keyspace and topics of `settings`.
+pub async fn setup(settings: &Settings, topology: &Topology) {
+    let session = cql::connect(&settings.cql).await.unwrap();
+    cmd::migrate::run(&session, &settings.cql).await.unwrap();
+    cmd::topics::run(settings, topology).await.unwrap();
+}
+
+/// Produces records to the events topic (idempotent producer, murmur2 partitioner).
+pub async fn produce(settings: &Settings, topology: &Topology, records: &[(String, Vec<u8>)]) {
+    let producer: FutureProducer = kafka::producer_config(&settings.kafka).create().unwrap();
+    let topic = settings.topic(&topology.topics.events.name);
+    let futures: Vec<_> = records
+        .iter()
+        .map(|(k, v)| producer.send(FutureRecord::to(&topic).key(k).payload(v), Duration::from_secs(30)))
+        .collect();
+    for f in futures {
+        f.await.map_err(|(e, _)| e).unwrap();
+    }
+}
+
+/// Every row of like_counts: item → count.
+pub async fn counts(settings: &Settings) -> BTreeMap<String, i64> {
+    let session = cql::connect(&settings.cql).await.unwrap();
+    session
+        .query_unpaged(format!("SELECT item_id, count FROM {}.like_counts", settings.cql.keyspace), ())
+        .await
+        .unwrap()
+        .into_rows_result()
+        .unwrap()
+        .rows::<(String, i64)>()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// The truth with zero counts removed (an item that never moved may have no row).
+pub fn nonzero(m: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
+    m.iter().filter(|(_, &c)| c != 0).map(|(k, &c)| (k.clone(), c)).collect()
+}
+
+/// Both stages running in this process.
+pub struct Running {
+    stop: Arc<AtomicBool>,
+    dedupe: tokio::task::JoinHandle<likes::Result<dedupe::DedupeStats>>,
+    count: tokio::task::JoinHandle<likes::Result<count::sink::SinkStats>>,
+}
+
+pub fn start(settings: &Settings, topology: &Topology) -> Running {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (s, t, st) = (settings.clone(), topology.clone(), stop.clone());
+    let dedupe = tokio::task::spawn_blocking(move || dedupe::run(&s, &t, st));
+    let (s, t, st) = (settings.clone(), topology.clone(), stop.clone());
+    let count = tokio::spawn(async move { count::run(&s, &t, st).await });
+    Running { stop, dedupe, count }
+}
+
+impl Running {
+    /// Panics with the stage's error if either stage has stopped on its own.
+    pub async fn check(&mut self) {
+        if self.dedupe.is_finished() {
+            panic!("dedupe stopped: {:?}", (&mut self.dedupe).await.unwrap());
+        }
+        if self.count.is_finished() {
+            panic!("count stopped: {:?}", (&mut self.count).await.unwrap());
+        }
+    }
+
+    pub async fn stop(self) -> (dedupe::DedupeStats, count::sink::SinkStats) {
+        self.stop.store(true, Ordering::Relaxed);
+        let d = self.dedupe.await.unwrap().unwrap();
+        let c = self.count.await.unwrap().unwrap();
+        (d, c)
+    }
+}
+
+/// Waits until like_counts equals `want` (nonzero entries), or `timeout`; returns the last.
+pub async fn wait_for_counts(
+    running: &mut Running,
+    settings: &Settings,
+    want: &BTreeMap<String, i64>,
+    timeout: Duration,
+) -> BTreeMap<String, i64> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        running.check().await;
+        let have = nonzero(&counts(settings).await);
+        if have == *want || tokio::time::Instant::now() > deadline {
+            return have;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Test settings: unique names, a fresh state dir, small batches.
+pub fn settings(base: &str) -> Settings {
+    let mut s = super::settings(base);
+    let dir = std::env::temp_dir().join(format!("likes-test-{}", s.cql.keyspace));
+    s.dedupe.state_dir = dir;
+    s.dedupe.instance_id = s.cql.keyspace.clone();
+    s
+}
+
+pub type Counts = HashMap<String, i64>;
