@@ -156,8 +156,12 @@ impl Settings {
         if self.kafka.replication_factor < 1 {
             return bad("kafka.replication_factor must be at least 1".into());
         }
-        if self.dedupe.max_batch == 0 || self.count.max_batch == 0 || self.count.max_in_flight == 0 {
-            return bad("dedupe.max_batch, count.max_batch and count.max_in_flight must be at least 1".into());
+        if self.dedupe.max_batch == 0 || self.count.max_batch == 0 || self.count.max_in_flight == 0
+        {
+            return bad(
+                "dedupe.max_batch, count.max_batch and count.max_in_flight must be at least 1"
+                    .into(),
+            );
         }
         if self.dedupe.transaction_timeout < Duration::from_secs(1) {
             return bad("dedupe.transaction_timeout must be at least 1s".into());
@@ -165,7 +169,10 @@ impl Settings {
         if !self.metrics.listen.is_empty()
             && self.metrics.listen.parse::<std::net::SocketAddr>().is_err()
         {
-            return bad(format!("metrics.listen {:?} is not host:port", self.metrics.listen));
+            return bad(format!(
+                "metrics.listen {:?} is not host:port",
+                self.metrics.listen
+            ));
         }
         if self.cql.nodes.is_empty() {
             return bad("cql.nodes is empty".into());
@@ -206,7 +213,11 @@ impl Settings {
         std::env::var("HOSTNAME")
             .ok()
             .filter(|h| !h.is_empty())
-            .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+            })
             .unwrap_or_else(|| "likes".into())
     }
 

@@ -40,7 +40,9 @@ pub fn install(addr: SocketAddr) -> Result<()> {
         .with_http_listener(addr)
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full(STALENESS_SECONDS.into()),
-            &[0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0],
+            &[
+                0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0,
+            ],
         )
         .map_err(|e| Error::Config(format!("metrics: {e}")))?
         .install()
@@ -57,11 +59,21 @@ fn describe() {
     describe_counter!(DLQ_RECORDS, "records sent to the dead-letter topic");
     describe_counter!(TRANSACTIONS, "stage-1 transactions committed");
     describe_counter!(DELTA_RECORDS_IN, "records read by stage 2");
-    describe_counter!(WINDOWS_APPLIED, "(item, window) pairs applied through the fence");
-    describe_counter!(FENCE_SKIPS, "(item, window) pairs the fence skipped (already applied)");
+    describe_counter!(
+        WINDOWS_APPLIED,
+        "(item, window) pairs applied through the fence"
+    );
+    describe_counter!(
+        FENCE_SKIPS,
+        "(item, window) pairs the fence skipped (already applied)"
+    );
     describe_counter!(SINK_LWTS, "conditional writes to like_counts");
     describe_counter!(CAS_RETRIES, "compare-and-set misses retried");
     describe_counter!(CLAMPS, "counts clamped at zero; alert on any");
-    describe_histogram!(STALENESS_SECONDS, Unit::Seconds, "sink time minus event time");
+    describe_histogram!(
+        STALENESS_SECONDS,
+        Unit::Seconds,
+        "sink time minus event time"
+    );
     describe_gauge!(CONSUMER_LAG, "records behind the log end");
 }

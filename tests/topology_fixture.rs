@@ -28,7 +28,10 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     assert!(want.len() > 10, "the script must exercise many items");
     // A corrupt record among the real ones.
     let mut records = script.records.clone();
-    records.insert(records.len() / 2, ("item-0#1".into(), vec![0xff, 0xff, 0xff]));
+    records.insert(
+        records.len() / 2,
+        ("item-0#1".into(), vec![0xff, 0xff, 0xff]),
+    );
     fx::produce(&settings, &topology, &records).await;
 
     let mut run = fx::start(&settings, &topology);
@@ -41,7 +44,11 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     assert_eq!(c.clamps, 0, "no count may have gone negative");
     assert_eq!(c.fence_skips, 0, "nothing was replayed yet");
     assert!(c.lwts >= want.len() as u64);
-    eprintln!("first run: {d:?} {c:?}; {} flips, {} records", script.flips, records.len());
+    eprintln!(
+        "first run: {d:?} {c:?}; {} flips, {} records",
+        script.flips,
+        records.len()
+    );
 
     // The dead letter carries the reason and where it came from.
     let dlq: StreamConsumer = kafka::client_config(&settings.kafka)
@@ -49,8 +56,12 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         .set("auto.offset.reset", "earliest")
         .create()
         .unwrap();
-    dlq.subscribe(&[&settings.topic(&topology.topics.dlq.name)]).unwrap();
-    let m = tokio::time::timeout(Duration::from_secs(30), dlq.recv()).await.unwrap().unwrap();
+    dlq.subscribe(&[&settings.topic(&topology.topics.dlq.name)])
+        .unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(30), dlq.recv())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(m.payload(), Some(&[0xff, 0xff, 0xff][..]));
     let headers = m.headers().unwrap();
     let error = headers.iter().find(|h| h.key == "likes.error").unwrap();
@@ -64,15 +75,29 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         format!("{}{}", settings.kafka.topic_prefix, topology.groups.count),
     ];
     let refs: Vec<&str> = groups.iter().map(String::as_str).collect();
-    for r in admin.delete_groups(&refs, &AdminOptions::new()).await.unwrap() {
+    for r in admin
+        .delete_groups(&refs, &AdminOptions::new())
+        .await
+        .unwrap()
+    {
         r.unwrap();
     }
     let run = fx::start(&settings, &topology);
     tokio::time::sleep(Duration::from_secs(15)).await;
     let (d2, c2) = run.stop().await;
-    assert_eq!(fx::nonzero(&fx::counts(&settings).await), want, "a replay must not move counts");
-    assert_eq!(c2.windows_applied, 0, "every replayed window must bounce off the fence");
+    assert_eq!(
+        fx::nonzero(&fx::counts(&settings).await),
+        want,
+        "a replay must not move counts"
+    );
+    assert_eq!(
+        c2.windows_applied, 0,
+        "every replayed window must bounce off the fence"
+    );
     assert!(c2.fence_skips > 0, "the replay re-offered windows");
-    assert!(d2.events as usize >= records.len(), "dedupe re-read the whole log");
+    assert!(
+        d2.events as usize >= records.len(),
+        "dedupe re-read the whole log"
+    );
     eprintln!("replay: {d2:?} {c2:?}");
 }

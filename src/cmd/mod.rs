@@ -2,5 +2,5 @@
 //! that `main` prints, so tests can call the same code and assert on the report.
 
 pub mod migrate;
-pub mod topics;
 pub mod stages;
+pub mod topics;

@@ -100,7 +100,12 @@ impl Count {
         consumer.subscribe(&[&deltas_topic])?;
         let dlq: BaseProducer = kafka::producer_config(&settings.kafka).create()?;
         let session = cql::connect(&settings.cql).await?;
-        let sink = Sink::new(session, &settings.cql.keyspace, settings.count.max_in_flight).await?;
+        let sink = Sink::new(
+            session,
+            &settings.cql.keyspace,
+            settings.count.max_in_flight,
+        )
+        .await?;
         info!(%group, "count started");
         Ok(Self {
             settings: settings.clone(),
@@ -202,14 +207,24 @@ impl Count {
         let decoded = msg
             .payload()
             .ok_or_else(|| "record has no value".to_string())
-            .and_then(|v| DeltaRecord::decode(v).map_err(|e| format!("undecodable DeltaRecord: {e}")));
+            .and_then(|v| {
+                DeltaRecord::decode(v).map_err(|e| format!("undecodable DeltaRecord: {e}"))
+            });
         match decoded.map(|r| r.record) {
-            Ok(Some(Record::Delta(d))) => {
-                self.windows.observe(p, msg.offset(), ts, Some((&d.item_id, d.delta, d.event_time_ms)))
-            }
+            Ok(Some(Record::Delta(d))) => self.windows.observe(
+                p,
+                msg.offset(),
+                ts,
+                Some((&d.item_id, d.delta, d.event_time_ms)),
+            ),
             Ok(Some(Record::Correction(c))) => {
                 info!(item = %c.item_id, delta = c.delta, id = %c.correction_id, reason = %c.reason, "correction");
-                self.windows.observe(p, msg.offset(), ts, Some((&c.item_id, c.delta, c.snapshot_time_ms)))
+                self.windows.observe(
+                    p,
+                    msg.offset(),
+                    ts,
+                    Some((&c.item_id, c.delta, c.snapshot_time_ms)),
+                )
             }
             Ok(Some(Record::Tick(_))) => self.windows.observe(p, msg.offset(), ts, None),
             Ok(None) => self.dead_letter(msg, "DeltaRecord holds no record".into())?,
@@ -223,12 +238,25 @@ impl Count {
         metrics::counter!(m::DLQ_RECORDS, "stage" => "count").increment(1);
         // Keep the clock moving: the record's position still counts for the window.
         let ts = msg.timestamp().to_millis().unwrap_or(0);
-        self.windows.observe(msg.partition(), msg.offset(), ts, None);
+        self.windows
+            .observe(msg.partition(), msg.offset(), ts, None);
         let headers = OwnedHeaders::new()
-            .insert(Header { key: "likes.error", value: Some(reason.as_str()) })
-            .insert(Header { key: "likes.source.topic", value: Some(self.deltas_topic.as_str()) })
-            .insert(Header { key: "likes.source.partition", value: Some(&msg.partition().to_string()) })
-            .insert(Header { key: "likes.source.offset", value: Some(&msg.offset().to_string()) });
+            .insert(Header {
+                key: "likes.error",
+                value: Some(reason.as_str()),
+            })
+            .insert(Header {
+                key: "likes.source.topic",
+                value: Some(self.deltas_topic.as_str()),
+            })
+            .insert(Header {
+                key: "likes.source.partition",
+                value: Some(&msg.partition().to_string()),
+            })
+            .insert(Header {
+                key: "likes.source.offset",
+                value: Some(&msg.offset().to_string()),
+            });
         let mut r: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.dlq_topic).headers(headers);
         if let Some(k) = msg.key() {
             r = r.key(k);
@@ -261,7 +289,11 @@ impl Count {
 }
 
 /// Runs stage 2 until `stop`.
-pub async fn run(settings: &Settings, topology: &Topology, stop: Arc<AtomicBool>) -> Result<SinkStats> {
+pub async fn run(
+    settings: &Settings,
+    topology: &Topology,
+    stop: Arc<AtomicBool>,
+) -> Result<SinkStats> {
     let mut c = Count::new(settings, topology).await?;
     c.run(&stop).await?;
     Ok(c.sink.stats.clone())
@@ -271,7 +303,10 @@ pub async fn run(settings: &Settings, topology: &Topology, stop: Arc<AtomicBool>
 mod tests {
     #[test]
     fn clock_metadata_round_trips() {
-        assert_eq!(super::parse_clock(&super::clock_metadata(123_000)), Some(123_000));
+        assert_eq!(
+            super::parse_clock(&super::clock_metadata(123_000)),
+            Some(123_000)
+        );
         assert_eq!(super::parse_clock(""), None);
     }
 }

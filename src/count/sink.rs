@@ -88,7 +88,11 @@ impl Sink {
         let mut by_item: HashMap<String, Pending> = HashMap::new();
         for w in windows {
             for (item, d) in w.items {
-                let e = by_item.entry(item).or_default().entry(w.id).or_insert((0, d.event_time_ms));
+                let e = by_item
+                    .entry(item)
+                    .or_default()
+                    .entry(w.id)
+                    .or_insert((0, d.event_time_ms));
                 e.0 += d.delta;
                 e.1 = e.1.min(d.event_time_ms);
             }
@@ -144,7 +148,12 @@ impl Sink {
             let fresh: Vec<(&i64, &(i64, i64))> = pending.range(last.saturating_add(1)..).collect();
             if known && fresh.is_empty() {
                 stats.fence_skips += pending.len() as u64;
-                return Ok(Outcome { item, row, stats, staleness_ms: vec![] });
+                return Ok(Outcome {
+                    item,
+                    row,
+                    stats,
+                    staleness_ms: vec![],
+                });
             }
             let n: i64 = fresh.iter().map(|(_, (d, _))| d).sum();
             let top = *fresh.last().map(|(w, _)| *w).unwrap_or(&last);
@@ -154,14 +163,19 @@ impl Sink {
             next = next.max(0);
             stats.lwts += 1;
             let answer = match row {
-                None => self
-                    .session
-                    .execute_unpaged(&self.insert, (&item, next, top, as_of))
-                    .await?,
-                Some((count, last_window)) => self
-                    .session
-                    .execute_unpaged(&self.update, (next, top, as_of, &item, count, last_window))
-                    .await?,
+                None => {
+                    self.session
+                        .execute_unpaged(&self.insert, (&item, next, top, as_of))
+                        .await?
+                }
+                Some((count, last_window)) => {
+                    self.session
+                        .execute_unpaged(
+                            &self.update,
+                            (next, top, as_of, &item, count, last_window),
+                        )
+                        .await?
+                }
             };
             match lwt_answer(answer)? {
                 Applied::Yes => {
@@ -172,8 +186,16 @@ impl Sink {
                         warn!(%item, window = top, "count would go negative; clamped at 0");
                     }
                     let now = crate::dedupe::state::now_ms();
-                    let staleness_ms = fresh.iter().map(|(_, (_, t))| (now - t).max(0) as f64).collect();
-                    return Ok(Outcome { item, row: Some((next, top)), stats, staleness_ms });
+                    let staleness_ms = fresh
+                        .iter()
+                        .map(|(_, (_, t))| (now - t).max(0) as f64)
+                        .collect();
+                    return Ok(Outcome {
+                        item,
+                        row: Some((next, top)),
+                        stats,
+                        staleness_ms,
+                    });
                 }
                 Applied::No(current) => {
                     stats.cas_retries += 1;
@@ -182,7 +204,9 @@ impl Sink {
                 }
             }
         }
-        Err(Error::Schema(format!("like_counts row {item}: compare-and-set kept failing")))
+        Err(Error::Schema(format!(
+            "like_counts row {item}: compare-and-set kept failing"
+        )))
     }
 }
 
@@ -194,7 +218,11 @@ enum Applied {
 
 fn lwt_answer(result: scylla::response::query_result::QueryResult) -> Result<Applied> {
     let rows = result.into_rows_result()?;
-    let names: Vec<String> = rows.column_specs().iter().map(|c| c.name().to_string()).collect();
+    let names: Vec<String> = rows
+        .column_specs()
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
     let row: Row = rows.single_row()?;
     let col = |name: &str| {
         names

@@ -69,7 +69,10 @@ impl Windows {
 
     /// Starts (or restarts) a partition at a committed resume point.
     pub fn assign(&mut self, partition: i32, resume: Option<ResumePoint>) {
-        let r = resume.unwrap_or(ResumePoint { offset: 0, clock_ms: 0 });
+        let r = resume.unwrap_or(ResumePoint {
+            offset: 0,
+            clock_ms: 0,
+        });
         self.partitions.insert(
             partition,
             PartitionState {
@@ -176,7 +179,11 @@ mod tests {
     fn sums(closed: &[ClosedWindow]) -> Vec<(i64, &str, i64)> {
         let mut v: Vec<_> = closed
             .iter()
-            .flat_map(|w| w.items.iter().map(move |(i, d)| (w.id, i.as_str(), d.delta)))
+            .flat_map(|w| {
+                w.items
+                    .iter()
+                    .map(move |(i, d)| (w.id, i.as_str(), d.delta))
+            })
             .collect();
         v.sort();
         v
@@ -200,7 +207,16 @@ mod tests {
         assert_eq!(sums(&closed), vec![(1, "a", 3), (1, "b", -1), (2, "a", 5)]);
         assert_eq!(closed[0].end_ms, 2000);
         // Window 3 is open; resume at its first record with its start as the clock.
-        assert_eq!(w.resume_points(), vec![(0, ResumePoint { offset: 5, clock_ms: 3000 })]);
+        assert_eq!(
+            w.resume_points(),
+            vec![(
+                0,
+                ResumePoint {
+                    offset: 5,
+                    clock_ms: 3000
+                }
+            )]
+        );
     }
 
     #[test]
@@ -209,7 +225,13 @@ mod tests {
         w.assign(0, None);
         let mut all = feed(&mut w, &LOG[..5]); // crash after offset 4: window 2 open
         let resume = w.resume_points()[0].1;
-        assert_eq!(resume, ResumePoint { offset: 4, clock_ms: 2000 });
+        assert_eq!(
+            resume,
+            ResumePoint {
+                offset: 4,
+                clock_ms: 2000
+            }
+        );
         let mut w2 = Windows::new(1000);
         w2.assign(0, Some(resume));
         all.extend(feed(&mut w2, &LOG[resume.offset as usize..]));
@@ -221,7 +243,12 @@ mod tests {
     #[test]
     fn a_late_record_after_restart_joins_the_open_window() {
         // The record that opened window 2 is followed by one stamped in window 1's range.
-        let log: &[Rec] = &[(0, 1900, Some(("a", 1))), (1, 2050, Some(("a", 1))), (2, 1990, Some(("a", 1))), (3, 3000, None)];
+        let log: &[Rec] = &[
+            (0, 1900, Some(("a", 1))),
+            (1, 2050, Some(("a", 1))),
+            (2, 1990, Some(("a", 1))),
+            (3, 3000, None),
+        ];
         let mut w = Windows::new(1000);
         w.assign(0, None);
         feed(&mut w, &log[..1]);

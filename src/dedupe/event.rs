@@ -18,12 +18,18 @@ pub struct ValidEvent {
 }
 
 /// Decodes and validates a record's key and value against the topology's bucket count.
-pub fn parse(key: Option<&[u8]>, payload: Option<&[u8]>, buckets: u32) -> Result<ValidEvent, String> {
+pub fn parse(
+    key: Option<&[u8]>,
+    payload: Option<&[u8]>,
+    buckets: u32,
+) -> Result<ValidEvent, String> {
     let payload = payload.ok_or("record has no value")?;
     let event = LikeEvent::decode(payload).map_err(|e| format!("undecodable LikeEvent: {e}"))?;
     for (name, id) in [("item_id", &event.item_id), ("user_id", &event.user_id)] {
         if id.is_empty() || id.len() > MAX_ID_BYTES || id.chars().any(char::is_control) {
-            return Err(format!("{name} must be 1-{MAX_ID_BYTES} bytes without control characters"));
+            return Err(format!(
+                "{name} must be 1-{MAX_ID_BYTES} bytes without control characters"
+            ));
         }
     }
     if event.op_id == 0 {
@@ -32,7 +38,12 @@ pub fn parse(key: Option<&[u8]>, payload: Option<&[u8]>, buckets: u32) -> Result
     let liked = match EdgeState::try_from(event.state) {
         Ok(EdgeState::Liked) => true,
         Ok(EdgeState::Unliked) => false,
-        _ => return Err(format!("state {} is neither LIKED nor UNLIKED", event.state)),
+        _ => {
+            return Err(format!(
+                "state {} is neither LIKED nor UNLIKED",
+                event.state
+            ))
+        }
     };
     // Flips alternate from "never liked": odd ops like, even ops unlike. Anything else is a
     // producer bug that would corrupt the count, so it is rejected, not guessed at.
@@ -45,7 +56,10 @@ pub fn parse(key: Option<&[u8]>, payload: Option<&[u8]>, buckets: u32) -> Result
     }
     let bucket = hash::bucket_of(&event.user_id, buckets);
     if event.bucket != bucket {
-        return Err(format!("bucket {} is not hash(user_id) % {buckets} = {bucket}", event.bucket));
+        return Err(format!(
+            "bucket {} is not hash(user_id) % {buckets} = {bucket}",
+            event.bucket
+        ));
     }
     let expected_key = hash::event_key(&event.item_id, bucket);
     if key != Some(expected_key.as_bytes()) {
@@ -94,22 +108,51 @@ mod tests {
     fn every_bad_input_class_has_a_reason() {
         let good = event(2, EdgeState::Unliked);
         let k = key(&good);
-        let cases: Vec<(Option<Vec<u8>>, Option<Vec<u8>>, &str)> = vec![
+        type Case = (Option<Vec<u8>>, Option<Vec<u8>>, &'static str);
+        let cases: Vec<Case> = vec![
             (Some(k.clone()), None, "no value"),
             (Some(k.clone()), Some(vec![0xff, 0xff, 0xff]), "undecodable"),
-            (Some(k.clone()), Some(event(0, EdgeState::Liked).encode_to_vec()), "op_id"),
-            (Some(k.clone()), Some(event(2, EdgeState::Liked).encode_to_vec()), "contradicts"),
-            (Some(k.clone()), Some(event(1, EdgeState::Unspecified).encode_to_vec()), "neither"),
-            (Some(b"item-1#0".to_vec()), Some(good.encode_to_vec()), "record key"),
+            (
+                Some(k.clone()),
+                Some(event(0, EdgeState::Liked).encode_to_vec()),
+                "op_id",
+            ),
+            (
+                Some(k.clone()),
+                Some(event(2, EdgeState::Liked).encode_to_vec()),
+                "contradicts",
+            ),
+            (
+                Some(k.clone()),
+                Some(event(1, EdgeState::Unspecified).encode_to_vec()),
+                "neither",
+            ),
+            (
+                Some(b"item-1#0".to_vec()),
+                Some(good.encode_to_vec()),
+                "record key",
+            ),
             (None, Some(good.encode_to_vec()), "record key"),
             (
                 Some(k.clone()),
-                Some(LikeEvent { bucket: 99, ..good.clone() }.encode_to_vec()),
+                Some(
+                    LikeEvent {
+                        bucket: 99,
+                        ..good.clone()
+                    }
+                    .encode_to_vec(),
+                ),
                 "bucket",
             ),
             (
                 Some(k.clone()),
-                Some(LikeEvent { user_id: String::new(), ..good.clone() }.encode_to_vec()),
+                Some(
+                    LikeEvent {
+                        user_id: String::new(),
+                        ..good.clone()
+                    }
+                    .encode_to_vec(),
+                ),
                 "user_id",
             ),
         ];

@@ -216,7 +216,9 @@ impl Dedupe {
             Ok(()) => {}
             Err(e) if e.is_retryable() || is_abortable(&e) => {
                 warn!(error = %e, "transaction failed; aborting and re-reading the batch");
-                let _ = self.producer.abort_transaction(self.settings.kafka.request_timeout);
+                let _ = self
+                    .producer
+                    .abort_transaction(self.settings.kafka.request_timeout);
                 for (&p, &(first, _)) in &batch.offsets {
                     self.consumer.seek(
                         &self.events_topic,
@@ -277,7 +279,13 @@ impl Dedupe {
         Ok(())
     }
 
-    fn process(&mut self, m: &rdkafka::message::OwnedMessage, batch: &mut Batch, now: i64, horizon: i64) -> Result<()> {
+    fn process(
+        &mut self,
+        m: &rdkafka::message::OwnedMessage,
+        batch: &mut Batch,
+        now: i64,
+        horizon: i64,
+    ) -> Result<()> {
         let p = m.partition();
         batch
             .offsets
@@ -327,11 +335,24 @@ impl Dedupe {
         self.producer.begin_transaction()?;
         for d in &batch.dead {
             let headers = OwnedHeaders::new()
-                .insert(Header { key: "likes.error", value: Some(d.reason.as_str()) })
-                .insert(Header { key: "likes.source.topic", value: Some(self.events_topic.as_str()) })
-                .insert(Header { key: "likes.source.partition", value: Some(&d.partition.to_string()) })
-                .insert(Header { key: "likes.source.offset", value: Some(&d.offset.to_string()) });
-            let mut r: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.dlq_topic).headers(headers);
+                .insert(Header {
+                    key: "likes.error",
+                    value: Some(d.reason.as_str()),
+                })
+                .insert(Header {
+                    key: "likes.source.topic",
+                    value: Some(self.events_topic.as_str()),
+                })
+                .insert(Header {
+                    key: "likes.source.partition",
+                    value: Some(&d.partition.to_string()),
+                })
+                .insert(Header {
+                    key: "likes.source.offset",
+                    value: Some(&d.offset.to_string()),
+                });
+            let mut r: BaseRecord<'_, [u8], [u8]> =
+                BaseRecord::to(&self.dlq_topic).headers(headers);
             if let Some(k) = &d.key {
                 r = r.key(k.as_slice());
             }
@@ -356,7 +377,12 @@ impl Dedupe {
                 })),
             }
             .encode_to_vec();
-            send(&self.producer, BaseRecord::to(&self.deltas_topic).key(item.as_bytes()).payload(&value))?;
+            send(
+                &self.producer,
+                BaseRecord::to(&self.deltas_topic)
+                    .key(item.as_bytes())
+                    .payload(&value),
+            )?;
             self.stats.deltas_out += 1;
             metrics::counter!(m::DELTAS_OUT).increment(1);
         }
@@ -372,11 +398,18 @@ impl Dedupe {
         }
         if tick {
             let value = DeltaRecord {
-                record: Some(delta_record::Record::Tick(Tick { produced_at_ms: now_ms() })),
+                record: Some(delta_record::Record::Tick(Tick {
+                    produced_at_ms: now_ms(),
+                })),
             }
             .encode_to_vec();
             for p in 0..self.deltas_partitions {
-                send(&self.producer, BaseRecord::<[u8], _>::to(&self.deltas_topic).partition(p).payload(&value))?;
+                send(
+                    &self.producer,
+                    BaseRecord::<[u8], _>::to(&self.deltas_topic)
+                        .partition(p)
+                        .payload(&value),
+                )?;
             }
         }
         if !batch.offsets.is_empty() {
@@ -388,9 +421,12 @@ impl Dedupe {
                 .consumer
                 .group_metadata()
                 .ok_or_else(|| Error::Config("consumer has no group metadata".into()))?;
-            self.producer.send_offsets_to_transaction(&tpl, &meta, timeout)?;
+            self.producer
+                .send_offsets_to_transaction(&tpl, &meta, timeout)?;
         }
-        fail::fail_point!("dedupe-before-commit", |_| Err(Error::Injected("dedupe-before-commit")));
+        fail::fail_point!("dedupe-before-commit", |_| Err(Error::Injected(
+            "dedupe-before-commit"
+        )));
         self.producer.commit_transaction(timeout)?;
         fail::fail_point!("dedupe-after-commit");
         Ok(())
@@ -415,7 +451,10 @@ fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?S
     loop {
         match producer.send(record) {
             Ok(()) => return Ok(()),
-            Err((rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+            Err((
+                rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
+                r,
+            )) => {
                 record = r;
                 producer.poll(Duration::from_millis(10));
             }
@@ -430,4 +469,3 @@ pub fn run(settings: &Settings, topology: &Topology, stop: Arc<AtomicBool>) -> R
     d.run(&stop)?;
     Ok(d.stats.clone())
 }
-

@@ -67,7 +67,10 @@ fn restore_from_changelog(
     partition: i32,
 ) -> Result<u64> {
     let consumer: BaseConsumer = kafka::client_config(&settings.kafka)
-        .set("group.id", format!("likes-restore-{}", settings.instance_id()))
+        .set(
+            "group.id",
+            format!("likes-restore-{}", settings.instance_id()),
+        )
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
@@ -86,7 +89,10 @@ fn restore_from_changelog(
     let deadline = Instant::now() + timeout.max(Duration::from_secs(60)) * 10;
     loop {
         if Instant::now() > deadline {
-            return Err(Error::Timeout(timeout * 10, format!("restoring {topic}/{partition}")));
+            return Err(Error::Timeout(
+                timeout * 10,
+                format!("restoring {topic}/{partition}"),
+            ));
         }
         match consumer.poll(Duration::from_millis(500)) {
             None => continue,

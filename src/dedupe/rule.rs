@@ -165,6 +165,9 @@ mod tests {
         });
         assert_eq!(apply(s, flip(3), NOW, H), Verdict::Drop);
         assert_eq!(apply(s, flip(2), NOW, H), Verdict::Drop);
-        assert!(matches!(apply(s, flip(4), NOW, H), Verdict::Apply { delta: -1, .. }));
+        assert!(matches!(
+            apply(s, flip(4), NOW, H),
+            Verdict::Apply { delta: -1, .. }
+        ));
     }
 }

@@ -92,13 +92,17 @@ impl EdgeStore {
             }
             Decision::Keep
         });
-        let db = DB::open(&opts, dir).map_err(|e| Error::State(format!("open {}: {e}", dir.display())))?;
+        let db = DB::open(&opts, dir)
+            .map_err(|e| Error::State(format!("open {}: {e}", dir.display())))?;
         Ok(Self { db, horizon_ms })
     }
 
     /// The remembered version of an edge, unless it has expired.
     pub fn get(&self, key: &[u8]) -> Result<Option<EdgeVersion>> {
-        let v = self.db.get_pinned(key).map_err(|e| Error::State(e.to_string()))?;
+        let v = self
+            .db
+            .get_pinned(key)
+            .map_err(|e| Error::State(e.to_string()))?;
         Ok(v.and_then(|b| decode_version(&b))
             .filter(|v| v.event_time_ms.saturating_add(self.horizon_ms) >= now_ms()))
     }
@@ -131,7 +135,12 @@ impl EdgeStore {
     }
 
     /// Merges a changelog entry: keeps whichever version has the higher op_id.
-    pub fn merge_restored(&self, batch: &mut WriteBatch, key: &[u8], v: &EdgeVersion) -> Result<()> {
+    pub fn merge_restored(
+        &self,
+        batch: &mut WriteBatch,
+        key: &[u8],
+        v: &EdgeVersion,
+    ) -> Result<()> {
         match self.get(key)? {
             Some(have) if have.op_id >= v.op_id => {}
             _ => batch.put(key, encode_version(v)),
@@ -141,7 +150,9 @@ impl EdgeStore {
 
     /// Writes a batch built by [`Self::merge_restored`].
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
-        self.db.write(batch).map_err(|e| Error::State(e.to_string()))
+        self.db
+            .write(batch)
+            .map_err(|e| Error::State(e.to_string()))
     }
 }
 
@@ -150,7 +161,8 @@ mod tests {
     use super::*;
 
     fn tmp() -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("likes-state-{}-{}", std::process::id(), now_ms()));
+        let d =
+            std::env::temp_dir().join(format!("likes-state-{}-{}", std::process::id(), now_ms()));
         std::fs::create_dir_all(&d).unwrap();
         d
     }
@@ -159,12 +171,24 @@ mod tests {
     fn versions_and_offsets_survive_reopen_and_expire() {
         let dir = tmp();
         let h = 7 * 24 * 3600 * 1000;
-        let fresh = EdgeVersion { op_id: 3, liked: true, event_time_ms: now_ms() };
-        let old = EdgeVersion { op_id: 1, liked: true, event_time_ms: now_ms() - h - 1000 };
+        let fresh = EdgeVersion {
+            op_id: 3,
+            liked: true,
+            event_time_ms: now_ms(),
+        };
+        let old = EdgeVersion {
+            op_id: 1,
+            liked: true,
+            event_time_ms: now_ms() - h - 1000,
+        };
         let (k1, k2) = (edge_key("i", "u1"), edge_key("i", "u2"));
         {
             let s = EdgeStore::open(&dir, h, 8 << 20).unwrap();
-            s.commit([(k1.as_slice(), &fresh), (k2.as_slice(), &old)], [(4, 1234)]).unwrap();
+            s.commit(
+                [(k1.as_slice(), &fresh), (k2.as_slice(), &old)],
+                [(4, 1234)],
+            )
+            .unwrap();
         }
         let s = EdgeStore::open(&dir, h, 8 << 20).unwrap();
         assert_eq!(s.get(&k1).unwrap(), Some(fresh));
@@ -173,15 +197,24 @@ mod tests {
         assert_eq!(s.offset(5).unwrap(), None);
 
         let mut b = WriteBatch::default();
-        s.merge_restored(&mut b, &k1, &EdgeVersion { op_id: 2, ..fresh }).unwrap();
+        s.merge_restored(&mut b, &k1, &EdgeVersion { op_id: 2, ..fresh })
+            .unwrap();
         s.write(b).unwrap();
-        assert_eq!(s.get(&k1).unwrap().unwrap().op_id, 3, "older changelog entry loses");
+        assert_eq!(
+            s.get(&k1).unwrap().unwrap().op_id,
+            3,
+            "older changelog entry loses"
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn version_encoding_round_trips() {
-        let v = EdgeVersion { op_id: u64::MAX - 1, liked: false, event_time_ms: -5 };
+        let v = EdgeVersion {
+            op_id: u64::MAX - 1,
+            liked: false,
+            event_time_ms: -5,
+        };
         assert_eq!(decode_version(&encode_version(&v)), Some(v));
         assert_eq!(decode_version(b"short"), None);
     }

@@ -59,7 +59,11 @@ pub fn script(seed: u64, items: usize, users: usize, max_flips: u64) -> Script {
                     item_id: item.clone(),
                     user_id: user.clone(),
                     op_id: op,
-                    state: if op % 2 == 1 { EdgeState::Liked } else { EdgeState::Unliked } as i32,
+                    state: if op % 2 == 1 {
+                        EdgeState::Liked
+                    } else {
+                        EdgeState::Unliked
+                    } as i32,
                     event_time_ms: t,
                     epoch: 0,
                     bucket,
@@ -81,10 +85,13 @@ pub fn script(seed: u64, items: usize, users: usize, max_flips: u64) -> Script {
         }
     }
     // Interleave keys, keeping each key's (already reordered) sequence.
-    let mut queues: Vec<Vec<(String, Vec<u8>)>> = per_key.into_values().map(|mut v| {
-        v.reverse();
-        v
-    }).collect();
+    let mut queues: Vec<Vec<(String, Vec<u8>)>> = per_key
+        .into_values()
+        .map(|mut v| {
+            v.reverse();
+            v
+        })
+        .collect();
     let mut records = Vec::new();
     while !queues.is_empty() {
         queues.shuffle(&mut rng);
@@ -96,7 +103,11 @@ pub fn script(seed: u64, items: usize, users: usize, max_flips: u64) -> Script {
             None => false,
         });
     }
-    Script { records, truth, flips }
+    Script {
+        records,
+        truth,
+        flips,
+    }
 }
 
 /// Creates the keyspace and topics of `settings`.
@@ -112,7 +123,12 @@ pub async fn produce(settings: &Settings, topology: &Topology, records: &[(Strin
     let topic = settings.topic(&topology.topics.events.name);
     let futures: Vec<_> = records
         .iter()
-        .map(|(k, v)| producer.send(FutureRecord::to(&topic).key(k).payload(v), Duration::from_secs(30)))
+        .map(|(k, v)| {
+            producer.send(
+                FutureRecord::to(&topic).key(k).payload(v),
+                Duration::from_secs(30),
+            )
+        })
         .collect();
     for f in futures {
         f.await.map_err(|(e, _)| e).unwrap();
@@ -123,7 +139,13 @@ pub async fn produce(settings: &Settings, topology: &Topology, records: &[(Strin
 pub async fn counts(settings: &Settings) -> BTreeMap<String, i64> {
     let session = cql::connect(&settings.cql).await.unwrap();
     session
-        .query_unpaged(format!("SELECT item_id, count FROM {}.like_counts", settings.cql.keyspace), ())
+        .query_unpaged(
+            format!(
+                "SELECT item_id, count FROM {}.like_counts",
+                settings.cql.keyspace
+            ),
+            (),
+        )
         .await
         .unwrap()
         .into_rows_result()
@@ -136,7 +158,10 @@ pub async fn counts(settings: &Settings) -> BTreeMap<String, i64> {
 
 /// The truth with zero counts removed (an item that never moved may have no row).
 pub fn nonzero(m: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
-    m.iter().filter(|(_, &c)| c != 0).map(|(k, &c)| (k.clone(), c)).collect()
+    m.iter()
+        .filter(|(_, &c)| c != 0)
+        .map(|(k, &c)| (k.clone(), c))
+        .collect()
 }
 
 /// Both stages running in this process.
@@ -152,7 +177,11 @@ pub fn start(settings: &Settings, topology: &Topology) -> Running {
     let dedupe = tokio::task::spawn_blocking(move || dedupe::run(&s, &t, st));
     let (s, t, st) = (settings.clone(), topology.clone(), stop.clone());
     let count = tokio::spawn(async move { count::run(&s, &t, st).await });
-    Running { stop, dedupe, count }
+    Running {
+        stop,
+        dedupe,
+        count,
+    }
 }
 
 impl Running {
