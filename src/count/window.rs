@@ -223,12 +223,12 @@ mod tests {
     fn a_restart_at_the_resume_point_rebuilds_the_same_windows() {
         let mut w = Windows::new(1000);
         w.assign(0, None);
-        let mut all = feed(&mut w, &LOG[..5]); // crash after offset 4: window 2 open
+        let mut all = feed(&mut w, &LOG[..5]); // crash after offset 4: window 2 open since the tick at 3
         let resume = w.resume_points()[0].1;
         assert_eq!(
             resume,
             ResumePoint {
-                offset: 4,
+                offset: 3,
                 clock_ms: 2000
             }
         );

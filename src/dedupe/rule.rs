@@ -131,7 +131,11 @@ mod tests {
         assert_eq!(run(&[3], None), 1); // ops 1 and 2 never published
         assert_eq!(run(&[2], None), 0); // a like superseded by an unlike: nothing counted
         assert_eq!(run(&[1, 4], None), 0);
-        assert_eq!(run(&[1, 5], None), 0, "from liked to liked");
+        assert_eq!(
+            run(&[1, 5], None),
+            1,
+            "from liked to liked: the like stays counted once"
+        );
     }
 
     #[test]
