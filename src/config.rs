@@ -52,6 +52,7 @@ pub struct MetricsSettings {
 pub struct CountSettings {
     pub max_in_flight: usize,
     pub max_batch: usize,
+    pub audit_log: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -65,6 +66,8 @@ pub struct KafkaSettings {
     pub replication_factor: i32,
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub session_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

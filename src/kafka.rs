@@ -24,6 +24,23 @@ pub fn client_config(settings: &KafkaSettings) -> ClientConfig {
     c
 }
 
+/// A stage's group consumer: manual offsets, read_committed, static membership.
+pub fn stage_consumer_config(settings: &KafkaSettings, group: &str, member: &str) -> ClientConfig {
+    let mut c = client_config(settings);
+    c.set("group.id", group)
+        .set("group.instance.id", member)
+        .set(
+            "session.timeout.ms",
+            settings.session_timeout.as_millis().to_string(),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .set("partition.assignment.strategy", "range");
+    c
+}
+
 /// A producer config: idempotent (no duplicates or reordering from retries), acks=all,
 /// the shared partitioner.
 pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {

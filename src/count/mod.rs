@@ -88,24 +88,23 @@ impl Count {
     pub async fn new(settings: &Settings, topology: &Topology) -> Result<Self> {
         let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.count);
         let assignments = Arc::new(Assignments::default());
-        let consumer: BaseConsumer<CountContext> = kafka::client_config(&settings.kafka)
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("isolation.level", "read_committed")
-            .set("partition.assignment.strategy", "range")
-            .create_with_context(CountContext(assignments.clone()))?;
+        let member = format!("{}-count", settings.instance_id());
+        let consumer: BaseConsumer<CountContext> =
+            kafka::stage_consumer_config(&settings.kafka, &group, &member)
+                .create_with_context(CountContext(assignments.clone()))?;
         let deltas_topic = settings.topic(&topology.topics.deltas.name);
         consumer.subscribe(&[&deltas_topic])?;
         let dlq: BaseProducer = kafka::producer_config(&settings.kafka).create()?;
         let session = cql::connect(&settings.cql).await?;
-        let sink = Sink::new(
+        let mut sink = Sink::new(
             session,
             &settings.cql.keyspace,
             settings.count.max_in_flight,
         )
         .await?;
+        if !settings.count.audit_log.is_empty() {
+            sink.audit_to(std::path::Path::new(&settings.count.audit_log))?;
+        }
         info!(%group, "count started");
         Ok(Self {
             settings: settings.clone(),

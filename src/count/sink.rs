@@ -43,6 +43,7 @@ pub struct Sink {
     update: PreparedStatement,
     cache: HashMap<String, Row2>,
     max_in_flight: usize,
+    audit: Option<std::sync::Mutex<std::fs::File>>,
     pub stats: SinkStats,
 }
 
@@ -79,8 +80,20 @@ impl Sink {
             update,
             cache: HashMap::new(),
             max_in_flight,
+            audit: None,
             stats: SinkStats::default(),
         })
+    }
+
+    /// Appends a line per applied write to `path`: `item<TAB>w1,w2,..<TAB>delta`.
+    pub fn audit_to(&mut self, path: &std::path::Path) -> Result<()> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::Config(format!("count.audit_log {}: {e}", path.display())))?;
+        self.audit = Some(std::sync::Mutex::new(f));
+        Ok(())
     }
 
     /// Applies closed windows; returns when every one is applied (or skipped by the fence).
@@ -112,6 +125,7 @@ impl Sink {
             .await;
         for o in outcomes {
             let o = o?;
+
             match o.row {
                 Some(r) => self.cache.insert(o.item, r),
                 None => self.cache.remove(&o.item),
@@ -190,6 +204,8 @@ impl Sink {
                         .iter()
                         .map(|(_, (_, t))| (now - t).max(0) as f64)
                         .collect();
+                    let windows: Vec<i64> = fresh.iter().map(|(w, _)| **w).collect();
+                    self.audit(&item, &windows, n)?;
                     return Ok(Outcome {
                         item,
                         row: Some((next, top)),
@@ -207,6 +223,21 @@ impl Sink {
         Err(Error::Schema(format!(
             "like_counts row {item}: compare-and-set kept failing"
         )))
+    }
+}
+
+impl Sink {
+    /// Records an applied write right after it applied, so a kill loses at most that line.
+    fn audit(&self, item: &str, windows: &[i64], n: i64) -> Result<()> {
+        let Some(f) = &self.audit else { return Ok(()) };
+        use std::io::Write;
+        let ws: Vec<String> = windows.iter().map(i64::to_string).collect();
+        // One write per line on an O_APPEND file: a kill leaves whole lines.
+        let line = format!("{item}\t{}\t{n}\n", ws.join(","));
+        f.lock()
+            .unwrap()
+            .write_all(line.as_bytes())
+            .map_err(|e| Error::State(format!("audit log: {e}")))
     }
 }
 

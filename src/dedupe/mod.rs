@@ -122,14 +122,9 @@ impl Dedupe {
         let events_topic = settings.topic(&topology.topics.events.name);
         let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe);
         let assignments = Arc::new(Assignments::default());
-        let consumer: BaseConsumer<DedupeContext> = kafka::client_config(&settings.kafka)
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("isolation.level", "read_committed")
-            .set("partition.assignment.strategy", "range")
-            .create_with_context(DedupeContext(assignments.clone()))?;
+        let consumer: BaseConsumer<DedupeContext> =
+            kafka::stage_consumer_config(&settings.kafka, &group, &format!("{instance}-dedupe"))
+                .create_with_context(DedupeContext(assignments.clone()))?;
         let producer: BaseProducer = kafka::producer_config(&settings.kafka)
             .set("transactional.id", format!("{group}-{instance}"))
             .set(

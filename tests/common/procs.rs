@@ -1,0 +1,173 @@
+//! The stages as real child processes of the `likes` binary, for fault tests: SIGKILL them
+//! at random moments, restart them, read their logs when something goes wrong.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use likes::config::Settings;
+
+/// One stage process (`likes dedupe` or `likes count`), restartable.
+pub struct Stage {
+    pub name: &'static str,
+    env: Vec<(String, String)>,
+    log: PathBuf,
+    child: Option<Child>,
+    pub starts: u32,
+}
+
+/// The environment that points a child at `settings`' names and state.
+pub fn stage_env(settings: &Settings, audit: &std::path::Path) -> Vec<(String, String)> {
+    vec![
+        ("LIKES__CQL__KEYSPACE".into(), settings.cql.keyspace.clone()),
+        (
+            "LIKES__KAFKA__TOPIC_PREFIX".into(),
+            settings.kafka.topic_prefix.clone(),
+        ),
+        (
+            "LIKES__DEDUPE__STATE_DIR".into(),
+            settings.dedupe.state_dir.display().to_string(),
+        ),
+        (
+            "LIKES__DEDUPE__INSTANCE_ID".into(),
+            settings.dedupe.instance_id.clone(),
+        ),
+        (
+            "LIKES__COUNT__AUDIT_LOG".into(),
+            audit.display().to_string(),
+        ),
+        ("RUST_LOG".into(), "info".into()),
+    ]
+}
+
+impl Stage {
+    pub fn new(name: &'static str, env: Vec<(String, String)>, dir: &std::path::Path) -> Self {
+        Self {
+            name,
+            env,
+            log: dir.join(format!("{name}.log")),
+            child: None,
+            starts: 0,
+        }
+    }
+
+    /// Starts the process; `extra` adds variables for this start only (fail points).
+    pub fn start_with(&mut self, extra: &[(&str, &str)]) {
+        assert!(self.child.is_none(), "{} already running", self.name);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_likes"))
+            .arg(self.name)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(extra.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        self.starts += 1;
+    }
+
+    pub fn start(&mut self) {
+        self.start_with(&[]);
+    }
+
+    /// SIGKILL, as a crashed node would die.
+    pub fn kill9(&mut self) {
+        let mut c = self.child.take().expect("not running");
+        c.kill().unwrap(); // SIGKILL on Unix
+        c.wait().unwrap();
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let status = c.wait().unwrap();
+            assert!(
+                status.success(),
+                "{} exited with {status} on SIGTERM; log:\n{}",
+                self.name,
+                self.tail()
+            );
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit on its own; returns whether it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Some(c) = &mut self.child {
+                if c.try_wait().unwrap().is_some() {
+                    self.child = None;
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    /// Panics with the log if the process died on its own.
+    pub fn assert_alive(&mut self) {
+        if let Some(c) = &mut self.child {
+            if let Some(status) = c.try_wait().unwrap() {
+                panic!(
+                    "{} died by itself ({status}); log:\n{}",
+                    self.name,
+                    self.tail()
+                );
+            }
+        }
+    }
+
+    pub fn tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The audit trail of applied counter writes: per item, every window applied, and the sum.
+pub struct Audit {
+    pub applied_pairs: usize,
+    pub distinct_pairs: usize,
+    pub sums: BTreeMap<String, i64>,
+}
+
+pub fn read_audit(path: &std::path::Path) -> Audit {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut seen = HashSet::new();
+    let mut applied_pairs = 0;
+    let mut sums = BTreeMap::new();
+    for line in text.lines() {
+        let mut f = line.split('\t');
+        let (item, windows, n) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+        for w in windows.split(',') {
+            applied_pairs += 1;
+            seen.insert((item.to_string(), w.parse::<i64>().unwrap()));
+        }
+        *sums.entry(item.to_string()).or_insert(0) += n.parse::<i64>().unwrap();
+    }
+    Audit {
+        applied_pairs,
+        distinct_pairs: seen.len(),
+        sums,
+    }
+}

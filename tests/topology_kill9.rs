@@ -1,0 +1,98 @@
+//! kill -9 of `likes dedupe` and of `likes count` at random moments while a stream flows;
+//! restart; drain. Every item's count equals the ground truth, and no (item, window) was
+//! ever applied twice (from the count stage's audit trail).
+
+mod common;
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use common::procs::{self, Stage};
+use common::topology as fx;
+use likes::topology::Topology;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_sigkills_never_change_the_counts() {
+    let settings = fx::settings("kill9");
+    let topology = Topology::load(None).unwrap();
+    fx::setup(&settings, &topology).await;
+    let dir = settings.dedupe.state_dir.with_extension("run");
+    std::fs::create_dir_all(&dir).unwrap();
+    let audit = dir.join("audit.tsv");
+    let env = procs::stage_env(&settings, &audit);
+    let mut dedupe = Stage::new("dedupe", env.clone(), &dir);
+    let mut count = Stage::new("count", env, &dir);
+    dedupe.start();
+    count.start();
+
+    let script = fx::script(11, 40, 60, 6);
+    let want = fx::nonzero(&script.truth);
+    let mut rng = StdRng::seed_from_u64(99);
+    let chunks: Vec<_> = script
+        .records
+        .chunks(script.records.len() / 10 + 1)
+        .collect();
+    let mut kills = (0, 0);
+    for chunk in &chunks {
+        fx::produce(&settings, &topology, chunk).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(200..2500))).await;
+        dedupe.assert_alive();
+        count.assert_alive();
+        let stage = if rng.random_bool(0.5) {
+            &mut dedupe
+        } else {
+            &mut count
+        };
+        stage.kill9();
+        if stage.name == "dedupe" {
+            kills.0 += 1
+        } else {
+            kills.1 += 1
+        }
+        if rng.random_bool(0.5) {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..1500))).await;
+        }
+        stage.start();
+    }
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let have = loop {
+        dedupe.assert_alive();
+        count.assert_alive();
+        let have = fx::nonzero(&fx::counts(&settings).await);
+        if have == want || tokio::time::Instant::now() > deadline {
+            break have;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    dedupe.stop();
+    count.stop();
+    eprintln!(
+        "kills: dedupe {}, count {}; {} records",
+        kills.0,
+        kills.1,
+        script.records.len()
+    );
+    assert!(
+        kills.0 > 0 && kills.1 > 0,
+        "both stages must have been killed"
+    );
+    assert_eq!(
+        have, want,
+        "counts must equal the ground truth after kill -9s"
+    );
+
+    let a = procs::read_audit(&audit);
+    assert_eq!(
+        a.applied_pairs, a.distinct_pairs,
+        "an (item, window) was applied twice"
+    );
+    assert_eq!(
+        fx::nonzero(&a.sums),
+        want,
+        "the audit trail sums to the truth"
+    );
+    eprintln!("applied (item, window) pairs: {}", a.applied_pairs);
+}
