@@ -43,8 +43,8 @@ demo: up build ## The main job: stack up, schema and topics in place (the pipeli
 	@echo
 	@echo "demo: stack up, keyspace and topics ready. Logs: $(LIKES_CACHE)/stack/logs. Stop with: make down"
 
-test: up ## Run every test (unit and against the real stack, which this starts)
-	$(CARGO) test --all-targets --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
+test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts the stack)
+	$(CARGO) test --all-targets --features failpoints --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
 	  status=$${PIPESTATUS[0]}; \
 	  awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(LIKES_CACHE)/last-test.log \
 	    | tee $(LIKES_CACHE)/test-summary; \

@@ -419,11 +419,16 @@ impl Dedupe {
             self.producer
                 .send_offsets_to_transaction(&tpl, &meta, timeout)?;
         }
-        fail::fail_point!("dedupe-before-commit", |_| Err(Error::Injected(
-            "dedupe-before-commit"
-        )));
+        // Fault-test hooks at the narrow moments, armed only for batches that carry events.
+        if !batch.offsets.is_empty() {
+            fail::fail_point!("dedupe-before-commit", |_| Err(Error::Injected(
+                "dedupe-before-commit"
+            )));
+        }
         self.producer.commit_transaction(timeout)?;
-        fail::fail_point!("dedupe-after-commit");
+        if !batch.offsets.is_empty() {
+            fail::fail_point!("dedupe-after-commit");
+        }
         Ok(())
     }
 }

@@ -14,6 +14,7 @@ pub struct Stage {
     env: Vec<(String, String)>,
     log: PathBuf,
     child: Option<Child>,
+    started_at: std::time::Instant,
     pub starts: u32,
 }
 
@@ -48,6 +49,7 @@ impl Stage {
             env,
             log: dir.join(format!("{name}.log")),
             child: None,
+            started_at: std::time::Instant::now(),
             starts: 0,
         }
     }
@@ -70,6 +72,7 @@ impl Stage {
             .spawn()
             .unwrap();
         self.child = Some(child);
+        self.started_at = std::time::Instant::now();
         self.starts += 1;
     }
 
@@ -87,6 +90,10 @@ impl Stage {
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            // A process signalled before it installed its handler just dies of SIGTERM; give
+            // it time to start, since a clean exit is what this checks.
+            let young = Duration::from_secs(3).saturating_sub(self.started_at.elapsed());
+            std::thread::sleep(young);
             let _ = Command::new("kill")
                 .args(["-TERM", &c.id().to_string()])
                 .status();
