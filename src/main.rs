@@ -40,6 +40,18 @@ enum Command {
     Count,
     /// Both stages in one process, for development (runs until SIGTERM).
     Topology,
+    /// Reset a stage's consumer group to replay its input; counts do not move.
+    Replay {
+        /// The group, as on the cluster (with the topic prefix), e.g. likes-count.
+        #[arg(long)]
+        group: String,
+        /// Replay the whole retained input.
+        #[arg(long, conflicts_with = "to_time", required_unless_present = "to_time")]
+        to_earliest: bool,
+        /// Replay from the first record at or after this time (Unix ms or RFC 3339).
+        #[arg(long)]
+        to_time: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -79,6 +91,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Dedupe => cmd::stages::run_dedupe(&settings, &topology).await?,
             Command::Count => cmd::stages::run_count(&settings, &topology).await?,
             Command::Topology => cmd::stages::run_topology(&settings, &topology).await?,
+            Command::Replay {
+                group,
+                to_earliest: _,
+                to_time,
+            } => {
+                let target = match to_time {
+                    Some(t) => cmd::replay::Target::Time(cmd::replay::parse_time(&t)?),
+                    None => cmd::replay::Target::Earliest,
+                };
+                let report = tokio::task::block_in_place(|| {
+                    cmd::replay::run(&settings, &topology, &group, target)
+                })?;
+                out(&report.to_string());
+            }
             Command::Config => {
                 out(&format!(
                     "# effective configuration\n{}\n# effective topology\n{}",

@@ -32,11 +32,18 @@ async fn crashes_at_the_narrow_moments_never_change_the_counts() {
         ("dedupe", "dedupe-before-commit"),
         ("count", "count-after-sink-before-commit"),
     ];
-    let chunks: Vec<_> = script.records.chunks(script.records.len() / points.len() + 1).collect();
+    let chunks: Vec<_> = script
+        .records
+        .chunks(script.records.len() / points.len() + 1)
+        .collect();
     // dedupe is the first target and starts inside the loop, armed.
     count.start();
     for (chunk, (stage, point)) in chunks.iter().zip(points) {
-        let target = if stage == "dedupe" { &mut dedupe } else { &mut count };
+        let target = if stage == "dedupe" {
+            &mut dedupe
+        } else {
+            &mut count
+        };
         if target.starts > 0 {
             target.stop();
         }
@@ -62,12 +69,20 @@ async fn crashes_at_the_narrow_moments_never_change_the_counts() {
     };
     dedupe.stop();
     count.stop();
-    assert_eq!(have, want, "counts must equal the ground truth after every fail point");
+    assert_eq!(
+        have, want,
+        "counts must equal the ground truth after every fail point"
+    );
     let a = procs::read_audit(&audit);
-    assert_eq!(a.applied_pairs, a.distinct_pairs, "an (item, window) was applied twice");
+    assert_eq!(
+        a.applied_pairs, a.distinct_pairs,
+        "an (item, window) was applied twice"
+    );
     assert_eq!(fx::nonzero(&a.sums), want);
     assert!(
-        std::fs::read_to_string(dir.join("dedupe.log")).unwrap().contains("restored from the changelog"),
+        std::fs::read_to_string(dir.join("dedupe.log"))
+            .unwrap()
+            .contains("restored from the changelog"),
         "the crash after the commit must have been recovered from the changelog"
     );
 }

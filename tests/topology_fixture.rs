@@ -8,7 +8,6 @@ mod common;
 
 use std::time::Duration;
 
-use rdkafka::admin::AdminOptions;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Headers;
 use rdkafka::Message as _;
@@ -67,20 +66,26 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     let error = headers.iter().find(|h| h.key == "likes.error").unwrap();
     assert!(String::from_utf8_lossy(error.value.unwrap()).contains("undecodable"));
 
-    // Replay: wipe the dedupe state, reset both groups (delete them: earliest), run again.
-    std::fs::remove_dir_all(&settings.dedupe.state_dir).unwrap();
-    let admin = kafka::admin(&settings.kafka).unwrap();
+    // A replay is refused while a stage runs: its next commit would undo the reset.
     let groups = [
         format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe),
         format!("{}{}", settings.kafka.topic_prefix, topology.groups.count),
     ];
-    let refs: Vec<&str> = groups.iter().map(String::as_str).collect();
-    for r in admin
-        .delete_groups(&refs, &AdminOptions::new())
-        .await
-        .unwrap()
-    {
-        r.unwrap();
+    let mut env = common::env_for(&settings);
+    env.push(("LIKES__KAFKA__SESSION_TIMEOUT", "6s".into()));
+    let run = fx::start(&settings, &topology);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (ok, _, err) = common::likes(&["replay", "--group", &groups[1], "--to-earliest"], &env);
+    assert!(!ok, "replay must refuse while the count stage runs");
+    assert!(err.contains("live members"), "{err}");
+    run.stop().await;
+
+    // Replay: wipe the dedupe state, reset both groups to earliest, run again.
+    std::fs::remove_dir_all(&settings.dedupe.state_dir).unwrap();
+    for g in &groups {
+        let (ok, out, err) = common::likes(&["replay", "--group", g, "--to-earliest"], &env);
+        assert!(ok, "replay {g}: {err}");
+        assert!(out.contains("offset 0"), "{out}");
     }
     let run = fx::start(&settings, &topology);
     tokio::time::sleep(Duration::from_secs(15)).await;

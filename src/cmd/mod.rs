@@ -2,5 +2,6 @@
 //! that `main` prints, so tests can call the same code and assert on the report.
 
 pub mod migrate;
+pub mod replay;
 pub mod stages;
 pub mod topics;

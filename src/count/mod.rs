@@ -61,7 +61,7 @@ impl ConsumerContext for CountContext {
 }
 
 /// The commit metadata that carries a partition's clock.
-fn clock_metadata(clock_ms: i64) -> String {
+pub fn clock_metadata(clock_ms: i64) -> String {
     format!("clock={clock_ms}")
 }
 

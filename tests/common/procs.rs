@@ -38,6 +38,7 @@ pub fn stage_env(settings: &Settings, audit: &std::path::Path) -> Vec<(String, S
             "LIKES__COUNT__AUDIT_LOG".into(),
             audit.display().to_string(),
         ),
+        ("LIKES__KAFKA__SESSION_TIMEOUT".into(), "6s".into()),
         ("RUST_LOG".into(), "info".into()),
     ]
 }

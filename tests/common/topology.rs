@@ -227,6 +227,8 @@ pub fn settings(base: &str) -> Settings {
     let dir = std::env::temp_dir().join(format!("likes-test-{}", s.cql.keyspace));
     s.dedupe.state_dir = dir;
     s.dedupe.instance_id = s.cql.keyspace.clone();
+    // The broker's minimum: stopped static members leave the group soonest.
+    s.kafka.session_timeout = Duration::from_secs(6);
     s
 }
 
