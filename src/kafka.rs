@@ -37,7 +37,9 @@ pub fn stage_consumer_config(settings: &KafkaSettings, group: &str, member: &str
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("isolation.level", "read_committed")
-        .set("partition.assignment.strategy", "range");
+        .set("partition.assignment.strategy", "range")
+        // Statistics feed the consumer-lag gauge (see `record_lag`).
+        .set("statistics.interval.ms", "1000");
     c
 }
 
@@ -56,4 +58,17 @@ pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {
 /// An admin client.
 pub fn admin(settings: &KafkaSettings) -> Result<AdminClient<DefaultClientContext>> {
     Ok(client_config(settings).create()?)
+}
+
+/// Publishes a consumer's total lag (records behind the log end, over its assigned
+/// partitions) from librdkafka's statistics, which stage contexts receive every second.
+pub fn record_lag(stage: &'static str, stats: &rdkafka::Statistics) {
+    let lag: i64 = stats
+        .topics
+        .values()
+        .flat_map(|t| t.partitions.values())
+        .filter(|p| p.partition >= 0 && p.consumer_lag >= 0)
+        .map(|p| p.consumer_lag)
+        .sum();
+    metrics::gauge!(crate::metrics::CONSUMER_LAG, "stage" => stage).set(lag as f64);
 }

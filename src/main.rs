@@ -40,6 +40,11 @@ enum Command {
     Count,
     /// Both stages in one process, for development (runs until SIGTERM).
     Topology,
+    /// Benchmarks (run on their own topics and keyspace; see README "Performance").
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
     /// Reset a stage's consumer group to replay its input; counts do not move.
     Replay {
         /// The group, as on the cluster (with the topic prefix), e.g. likes-count.
@@ -51,6 +56,30 @@ enum Command {
         /// Replay from the first record at or after this time (Unix ms or RFC 3339).
         #[arg(long)]
         to_time: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Events through dedupe + count + sink vs a plain consumer; staleness; peak RSS.
+    Topology {
+        /// Events in the backlog.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Items of the zipf mix (plus one viral item).
+        #[arg(long, default_value_t = 100_000)]
+        items: u32,
+        /// Share of events that go to the viral item.
+        #[arg(long, default_value_t = 0.3)]
+        viral_share: f64,
+        /// Length of the live phase at half the drained rate.
+        #[arg(long, default_value_t = 20)]
+        live_seconds: u64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Where the JSON report goes.
+        #[arg(long, default_value = "bench/out")]
+        out: PathBuf,
     },
 }
 
@@ -103,6 +132,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let report = tokio::task::block_in_place(|| {
                     cmd::replay::run(&settings, &topology, &group, target)
                 })?;
+                out(&report.to_string());
+            }
+            Command::Bench {
+                what:
+                    BenchCommand::Topology {
+                        events,
+                        items,
+                        viral_share,
+                        live_seconds,
+                        seed,
+                        out: out_dir,
+                    },
+            } => {
+                if !(0.0..1.0).contains(&viral_share) || items == 0 || events == 0 {
+                    anyhow::bail!("--viral-share must be in [0, 1), --items and --events above 0");
+                }
+                let args = cmd::bench::BenchArgs {
+                    events,
+                    items,
+                    viral_share,
+                    live_seconds,
+                    seed,
+                    out: out_dir,
+                };
+                let report = cmd::bench::topology(&settings, &topology, &args).await?;
                 out(&report.to_string());
             }
             Command::Config => {

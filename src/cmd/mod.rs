@@ -1,6 +1,7 @@
 //! One module per subcommand of the `likes` binary. Each exposes `run`, returning a report
 //! that `main` prints, so tests can call the same code and assert on the report.
 
+pub mod bench;
 pub mod migrate;
 pub mod replay;
 pub mod stages;

@@ -39,7 +39,11 @@ struct Assignments {
 
 struct CountContext(Arc<Assignments>);
 
-impl ClientContext for CountContext {}
+impl ClientContext for CountContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        kafka::record_lag("count", &statistics);
+    }
+}
 
 impl ConsumerContext for CountContext {
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

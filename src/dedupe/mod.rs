@@ -46,7 +46,11 @@ struct Assignments {
 
 struct DedupeContext(Arc<Assignments>);
 
-impl ClientContext for DedupeContext {}
+impl ClientContext for DedupeContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        kafka::record_lag("dedupe", &statistics);
+    }
+}
 
 impl ConsumerContext for DedupeContext {
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

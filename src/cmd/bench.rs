@@ -1,0 +1,610 @@
+//! `likes bench topology`: the topology's throughput, staleness and memory on this machine,
+//! next to the physical limit measured in the same run.
+//!
+//! 1. Produce N LikeEvents: a zipf mix over `items` items plus one viral item taking
+//!    `viral_share` of the events; 90% likes of new edges, 10% unlikes of earlier likes.
+//! 2. Baseline: a plain consumer reads and decodes the same topic (the box's raw rate).
+//! 3. Start `likes dedupe` and `likes count` as child processes on the backlog and time
+//!    them until every count equals the ground truth (drained): events/s and the ratio.
+//! 4. Live phase: produce at half the drained rate, open loop, and read staleness at the sink
+//!    (sink time - event time) from the count stage's histogram.
+//!
+//! Figures come from the stages' own /metrics; peak RSS from /proc (VmHWM).
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use prost::Message as _;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Message as _, Offset, TopicPartitionList};
+use serde::Serialize;
+use tracing::info;
+
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::schema::v1::{EdgeState, LikeEvent, Source};
+use crate::topology::Topology;
+use crate::{cmd, cql, hash, kafka, metrics as m};
+
+/// Knobs of one run.
+#[derive(Debug, Clone)]
+pub struct BenchArgs {
+    pub events: u64,
+    pub items: u32,
+    pub viral_share: f64,
+    pub live_seconds: u64,
+    pub seed: u64,
+    pub out: PathBuf,
+}
+
+/// What one run measured.
+#[derive(Debug, Default, Serialize)]
+pub struct BenchReport {
+    pub events: u64,
+    pub items: u32,
+    pub viral_share: f64,
+    pub produce_events_per_s: f64,
+    pub raw_consume_events_per_s: f64,
+    pub topology_events_per_s: f64,
+    pub ratio_to_raw: f64,
+    pub drain_seconds: f64,
+    pub windows_applied: f64,
+    pub lwts: f64,
+    pub lwts_per_applied_window: f64,
+    pub live_rate_events_per_s: f64,
+    pub live_staleness_p50_s: f64,
+    pub live_staleness_p99_s: f64,
+    pub dedupe_peak_rss_mb: f64,
+    pub count_peak_rss_mb: f64,
+}
+
+/// Zipf(s = 1) over `n` items by inverse CDF.
+struct Zipf(Vec<f64>);
+
+impl Zipf {
+    fn new(n: u32) -> Self {
+        let mut acc = 0.0;
+        let cdf = (1..=n)
+            .map(|k| {
+                acc += 1.0 / k as f64;
+                acc
+            })
+            .collect::<Vec<_>>();
+        let total = acc;
+        Zipf(cdf.into_iter().map(|c| c / total).collect())
+    }
+    fn sample(&self, rng: &mut StdRng) -> usize {
+        let u: f64 = rng.random();
+        self.0.partition_point(|&c| c < u).min(self.0.len() - 1)
+    }
+}
+
+/// Generates events and keeps the ground truth.
+struct Generator {
+    rng: StdRng,
+    zipf: Zipf,
+    viral_share: f64,
+    next_user: u64,
+    liked: Vec<(u32, u64)>,
+    truth: HashMap<String, i64>,
+}
+
+const VIRAL: u32 = u32::MAX;
+
+impl Generator {
+    fn item_name(i: u32) -> String {
+        if i == VIRAL {
+            "item-viral".into()
+        } else {
+            format!("item-{i}")
+        }
+    }
+
+    fn next(&mut self, now_ms: i64) -> (String, Vec<u8>) {
+        let unlike = !self.liked.is_empty() && self.rng.random_bool(0.1);
+        let (item, user, op) = if unlike {
+            let j = self.rng.random_range(0..self.liked.len());
+            let (item, user) = self.liked.swap_remove(j);
+            (item, user, 2)
+        } else {
+            let item = if self.rng.random_bool(self.viral_share) {
+                VIRAL
+            } else {
+                self.zipf.sample(&mut self.rng) as u32
+            };
+            self.next_user += 1;
+            self.liked.push((item, self.next_user));
+            (item, self.next_user, 1)
+        };
+        let item_id = Self::item_name(item);
+        *self.truth.entry(item_id.clone()).or_insert(0) += if op == 1 { 1 } else { -1 };
+        let user_id = format!("u{user}");
+        let bucket = hash::bucket_of(&user_id, 64);
+        let e = LikeEvent {
+            item_id: item_id.clone(),
+            user_id,
+            bucket,
+            op_id: op,
+            state: if op == 1 {
+                EdgeState::Liked
+            } else {
+                EdgeState::Unliked
+            } as i32,
+            event_time_ms: now_ms,
+            epoch: 0,
+            source: Source::Test as i32,
+            prev_event_time_ms: if op == 2 { now_ms - 1 } else { 0 },
+        };
+        (hash::event_key(&item_id, bucket), e.encode_to_vec())
+    }
+}
+
+fn producer(settings: &Settings) -> Result<ThreadedProducer<DefaultProducerContext>> {
+    Ok(kafka::producer_config(&settings.kafka)
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "500000")
+        .create()?)
+}
+
+fn send(
+    p: &ThreadedProducer<DefaultProducerContext>,
+    topic: &str,
+    key: &str,
+    value: &[u8],
+) -> Result<()> {
+    let mut record = BaseRecord::to(topic).key(key).payload(value);
+    loop {
+        match p.send(record) {
+            Ok(()) => return Ok(()),
+            Err((
+                rdkafka::error::KafkaError::MessageProduction(
+                    rdkafka::types::RDKafkaErrorCode::QueueFull,
+                ),
+                r,
+            )) => {
+                record = r;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err((e, _)) => return Err(e.into()),
+        }
+    }
+}
+
+/// Reads the whole topic once with a plain consumer, decoding every record: the raw rate.
+fn raw_consume(settings: &Settings, topic: &str, partitions: i32, expected: u64) -> Result<f64> {
+    let c: BaseConsumer = kafka::client_config(&settings.kafka)
+        .set(
+            "group.id",
+            format!("bench-raw-{}", crate::dedupe::state::now_ms()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    c.assign(&tpl)?;
+    let started = Instant::now();
+    let mut n = 0u64;
+    let mut bytes = 0usize;
+    while n < expected {
+        if started.elapsed() > Duration::from_secs(600) {
+            return Err(Error::Timeout(
+                Duration::from_secs(600),
+                "raw consume".into(),
+            ));
+        }
+        if let Some(m) = c.poll(Duration::from_millis(500)) {
+            let m = m?;
+            let e = LikeEvent::decode(m.payload().unwrap_or_default())?;
+            bytes += e.item_id.len();
+            n += 1;
+        }
+    }
+    std::hint::black_box(bytes);
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// GET /metrics from a stage.
+fn scrape(port: u16) -> HashMap<String, f64> {
+    let mut out = HashMap::new();
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return out;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        if let Some((k, v)) = line.rsplit_once(' ') {
+            if let Ok(v) = v.parse::<f64>() {
+                out.insert(k.to_string(), v);
+            }
+        }
+    }
+    out
+}
+
+/// Cumulative bucket counts of the staleness histogram, by upper bound.
+fn staleness_buckets(metrics: &HashMap<String, f64>) -> Vec<(f64, f64)> {
+    let prefix = format!("{}_bucket{{le=\"", m::STALENESS_SECONDS);
+    let mut v: Vec<(f64, f64)> = metrics
+        .iter()
+        .filter_map(|(k, &c)| {
+            let le = k.strip_prefix(&prefix)?.strip_suffix("\"}")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, c))
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v
+}
+
+/// A quantile from cumulative buckets (linear within the bucket).
+fn quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
+    let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
+    if total == 0.0 {
+        return f64::NAN;
+    }
+    let target = q * total;
+    let (mut prev_le, mut prev_c) = (0.0, 0.0);
+    for &(le, c) in buckets {
+        if c >= target {
+            if le.is_infinite() {
+                return prev_le;
+            }
+            let frac = if c > prev_c {
+                (target - prev_c) / (c - prev_c)
+            } else {
+                0.0
+            };
+            return prev_le + frac * (le - prev_le);
+        }
+        (prev_le, prev_c) = (le, c);
+    }
+    prev_le
+}
+
+fn diff(after: &[(f64, f64)], before: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    after
+        .iter()
+        .map(|&(le, c)| {
+            let b = before
+                .iter()
+                .find(|x| x.0 == le)
+                .map(|x| x.1)
+                .unwrap_or(0.0);
+            (le, c - b)
+        })
+        .collect()
+}
+
+fn peak_rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+struct StageProc {
+    child: Child,
+    port: u16,
+}
+
+fn spawn_stage(
+    stage: &str,
+    settings: &Settings,
+    port: u16,
+    dir: &std::path::Path,
+) -> Result<StageProc> {
+    let exe = std::env::current_exe().map_err(|e| Error::Config(e.to_string()))?;
+    let log = std::fs::File::create(dir.join(format!("{stage}.log")))
+        .map_err(|e| Error::State(e.to_string()))?;
+    let child = Command::new(exe)
+        .arg(stage)
+        .env("LIKES__CQL__KEYSPACE", &settings.cql.keyspace)
+        .env("LIKES__KAFKA__TOPIC_PREFIX", &settings.kafka.topic_prefix)
+        .env(
+            "LIKES__DEDUPE__STATE_DIR",
+            settings.dedupe.state_dir.display().to_string(),
+        )
+        .env("LIKES__DEDUPE__INSTANCE_ID", &settings.dedupe.instance_id)
+        .env("LIKES__METRICS__LISTEN", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| Error::State(e.to_string()))?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| Error::Config(format!("spawn {stage}: {e}")))?;
+    Ok(StageProc { child, port })
+}
+
+fn stop(p: &mut StageProc) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &p.child.id().to_string()])
+        .status();
+    let _ = p.child.wait();
+}
+
+async fn total_count(session: &scylla::client::session::Session, ks: &str) -> Result<i64> {
+    let mut stmt = scylla::statement::Statement::new(format!("SELECT count FROM {ks}.like_counts"));
+    stmt.set_page_size(5000);
+    let mut total = 0i64;
+    let mut rows = session
+        .query_iter(stmt, ())
+        .await
+        .map_err(|e| Error::Schema(e.to_string()))?
+        .rows_stream::<(i64,)>()
+        .map_err(|e| Error::Schema(e.to_string()))?;
+    use futures::StreamExt;
+    while let Some(r) = rows.next().await {
+        total += r.map_err(|e| Error::Schema(e.to_string()))?.0;
+    }
+    Ok(total)
+}
+
+/// Waits until the dedupe stage has read `events` and the sum of all counts is `want`.
+async fn wait_drained(
+    session: &scylla::client::session::Session,
+    ks: &str,
+    dedupe_port: u16,
+    events: f64,
+    want: i64,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let d = scrape(dedupe_port);
+        if d.get(m::EVENTS_IN).copied().unwrap_or(0.0) >= events
+            && total_count(session, ks).await? == want
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout(Duration::from_secs(3600), "drain".into()));
+        }
+    }
+}
+
+/// Runs the benchmark on its own topics and keyspace; returns the report.
+pub async fn topology(
+    base: &Settings,
+    topology: &Topology,
+    args: &BenchArgs,
+) -> Result<BenchReport> {
+    let stamp = crate::dedupe::state::now_ms();
+    let mut settings = base.clone();
+    settings.kafka.topic_prefix = format!("bench{stamp}.");
+    settings.cql.keyspace = format!("bench_{stamp}");
+    settings.dedupe.instance_id = format!("bench{stamp}");
+    let dir = std::env::temp_dir().join(format!("likes-bench-{stamp}"));
+    settings.dedupe.state_dir = dir.join("state");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::State(e.to_string()))?;
+    let session = cql::connect(&settings.cql).await?;
+    cmd::migrate::run(&session, &settings.cql).await?;
+    cmd::topics::run(&settings, topology).await?;
+    let events_topic = settings.topic(&topology.topics.events.name);
+    info!(dir = %dir.display(), keyspace = %settings.cql.keyspace, "bench set up");
+
+    let mut g = Generator {
+        rng: StdRng::seed_from_u64(args.seed),
+        zipf: Zipf::new(args.items),
+        viral_share: args.viral_share,
+        next_user: 0,
+        liked: Vec::new(),
+        truth: HashMap::new(),
+    };
+    let mut report = BenchReport {
+        events: args.events,
+        items: args.items,
+        viral_share: args.viral_share,
+        ..Default::default()
+    };
+
+    // 1. The backlog.
+    let p = producer(&settings)?;
+    let started = Instant::now();
+    let now = crate::dedupe::state::now_ms();
+    for i in 0..args.events {
+        let (k, v) = g.next(now);
+        send(&p, &events_topic, &k, &v)?;
+        if i % 500_000 == 0 && i > 0 {
+            eprintln!("bench: produced {i} events");
+        }
+    }
+    p.flush(Duration::from_secs(120))?;
+    report.produce_events_per_s = args.events as f64 / started.elapsed().as_secs_f64();
+    eprintln!(
+        "bench: produced {} events at {:.0}/s",
+        args.events, report.produce_events_per_s
+    );
+
+    // 2. The raw rate.
+    report.raw_consume_events_per_s = tokio::task::block_in_place(|| {
+        raw_consume(
+            &settings,
+            &events_topic,
+            topology.topics.events.partitions,
+            args.events,
+        )
+    })?;
+    eprintln!(
+        "bench: raw consume+decode {:.0}/s",
+        report.raw_consume_events_per_s
+    );
+
+    // 3. The topology on the backlog.
+    let truth_total: i64 = g.truth.values().sum();
+    let started = Instant::now();
+    let mut dedupe = spawn_stage("dedupe", &settings, 19_464, &dir)?;
+    let mut count = spawn_stage("count", &settings, 19_465, &dir)?;
+    wait_drained(
+        &session,
+        &settings.cql.keyspace,
+        dedupe.port,
+        args.events as f64,
+        truth_total,
+    )
+    .await?;
+    report.drain_seconds = started.elapsed().as_secs_f64();
+    report.topology_events_per_s = args.events as f64 / report.drain_seconds;
+    report.ratio_to_raw = report.topology_events_per_s / report.raw_consume_events_per_s;
+    eprintln!(
+        "bench: topology drained {} events in {:.1} s: {:.0}/s",
+        args.events, report.drain_seconds, report.topology_events_per_s
+    );
+
+    // 4. Live: half the drained rate, open loop.
+    let before = staleness_buckets(&scrape(count.port));
+    let rate = (report.topology_events_per_s / 2.0).max(1.0);
+    report.live_rate_events_per_s = rate;
+    let live_events = (rate * args.live_seconds as f64) as u64;
+    let started = Instant::now();
+    for i in 0..live_events {
+        let due = started + Duration::from_secs_f64(i as f64 / rate);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            tokio::time::sleep(wait).await;
+        }
+        let (k, v) = g.next(crate::dedupe::state::now_ms());
+        send(&p, &events_topic, &k, &v)?;
+    }
+    p.flush(Duration::from_secs(60))?;
+    let truth_total: i64 = g.truth.values().sum();
+    wait_drained(
+        &session,
+        &settings.cql.keyspace,
+        dedupe.port,
+        (args.events + live_events) as f64,
+        truth_total,
+    )
+    .await?;
+    let after = scrape(count.port);
+    let live = diff(&staleness_buckets(&after), &before);
+    report.live_staleness_p50_s = quantile(&live, 0.5);
+    report.live_staleness_p99_s = quantile(&live, 0.99);
+    report.windows_applied = after.get(m::WINDOWS_APPLIED).copied().unwrap_or(0.0);
+    report.lwts = after.get(m::SINK_LWTS).copied().unwrap_or(0.0);
+    report.lwts_per_applied_window = report.lwts / report.windows_applied.max(1.0);
+    report.dedupe_peak_rss_mb = peak_rss_mb(dedupe.child.id());
+    report.count_peak_rss_mb = peak_rss_mb(count.child.id());
+    stop(&mut dedupe);
+    stop(&mut count);
+
+    // Exactness, item by item.
+    let rows = session
+        .query_unpaged(
+            format!(
+                "SELECT item_id, count FROM {}.like_counts",
+                settings.cql.keyspace
+            ),
+            (),
+        )
+        .await?
+        .into_rows_result()?;
+    let mut wrong = 0;
+    for r in rows.rows::<(String, i64)>()? {
+        let (item, c) = r?;
+        if g.truth.get(&item).copied().unwrap_or(0) != c {
+            wrong += 1;
+        }
+    }
+    if wrong > 0 {
+        return Err(Error::Schema(format!(
+            "{wrong} items differ from the ground truth"
+        )));
+    }
+
+    std::fs::create_dir_all(&args.out).map_err(|e| Error::State(e.to_string()))?;
+    let json = serde_json::to_string_pretty(&report).map_err(|e| Error::State(e.to_string()))?;
+    let path = args.out.join(format!("topology-{stamp}.json"));
+    std::fs::write(&path, json).map_err(|e| Error::State(e.to_string()))?;
+    eprintln!("bench: report written to {}", path.display());
+    Ok(report)
+}
+
+impl std::fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "| figure | value |\n|---|---|")?;
+        writeln!(
+            f,
+            "| events (items, viral share) | {} ({}, {:.0}%) |",
+            self.events,
+            self.items,
+            self.viral_share * 100.0
+        )?;
+        writeln!(
+            f,
+            "| produce rate | {:.0} events/s |",
+            self.produce_events_per_s
+        )?;
+        writeln!(
+            f,
+            "| raw consume + decode (baseline) | {:.0} events/s |",
+            self.raw_consume_events_per_s
+        )?;
+        writeln!(
+            f,
+            "| topology, dedupe + count + sink, drained | {:.0} events/s in {:.1} s |",
+            self.topology_events_per_s, self.drain_seconds
+        )?;
+        writeln!(f, "| ratio to raw | {:.2} |", self.ratio_to_raw)?;
+        writeln!(
+            f,
+            "| (item, window) applied / LWTs | {:.0} / {:.0} ({:.3} LWT per window) |",
+            self.windows_applied, self.lwts, self.lwts_per_applied_window
+        )?;
+        writeln!(
+            f,
+            "| live staleness p50 / p99 at {:.0} events/s | {:.3} s / {:.3} s |",
+            self.live_rate_events_per_s, self.live_staleness_p50_s, self.live_staleness_p99_s
+        )?;
+        write!(
+            f,
+            "| peak RSS dedupe / count | {:.0} MB / {:.0} MB |",
+            self.dedupe_peak_rss_mb, self.count_peak_rss_mb
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_from_buckets() {
+        let b = vec![
+            (0.1, 50.0),
+            (0.5, 90.0),
+            (1.0, 100.0),
+            (f64::INFINITY, 100.0),
+        ];
+        assert!((quantile(&b, 0.5) - 0.1).abs() < 1e-9);
+        assert!((quantile(&b, 0.99) - 0.95).abs() < 1e-9);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn zipf_prefers_the_head() {
+        let z = Zipf::new(1000);
+        let mut rng = StdRng::seed_from_u64(1);
+        let head = (0..10_000).filter(|_| z.sample(&mut rng) < 10).count();
+        assert!(head > 3000, "{head}");
+    }
+}
