@@ -38,6 +38,8 @@ pub fn stage_consumer_config(settings: &KafkaSettings, group: &str, member: &str
         .set("auto.offset.reset", "earliest")
         .set("isolation.level", "read_committed")
         .set("partition.assignment.strategy", "range")
+        // Bounds the prefetched records held in memory (librdkafka's default is 64 MiB).
+        .set("queued.max.messages.kbytes", "16384")
         // Statistics feed the consumer-lag gauge (see `record_lag`).
         .set("statistics.interval.ms", "1000");
     c

@@ -180,6 +180,7 @@ impl Dedupe {
         while !stop.load(Ordering::Relaxed) {
             self.turn()?;
         }
+        self.store.flush()?;
         info!(stats = ?self.stats, "dedupe stopping");
         Ok(())
     }

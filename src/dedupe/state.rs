@@ -129,8 +129,11 @@ impl EdgeStore {
         for (p, o) in offsets {
             batch.put(offset_key(p), o.to_be_bytes());
         }
+        // No WAL: edges and the offsets they reflect share every batch, so a crash that loses
+        // unflushed writes loses both together; the partition's offset then lags Kafka's
+        // and recovery restores it from the changelog. Durability lives in Kafka.
         self.db
-            .write_opt(batch, &WriteOptions::default())
+            .write_opt(batch, &no_wal())
             .map_err(|e| Error::State(e.to_string()))
     }
 
@@ -151,9 +154,20 @@ impl EdgeStore {
     /// Writes a batch built by [`Self::merge_restored`].
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
         self.db
-            .write(batch)
+            .write_opt(batch, &no_wal())
             .map_err(|e| Error::State(e.to_string()))
     }
+
+    /// Flushes memtables to disk (on a clean stop, so the next start need not restore).
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush().map_err(|e| Error::State(e.to_string()))
+    }
+}
+
+fn no_wal() -> WriteOptions {
+    let mut opts = WriteOptions::default();
+    opts.disable_wal(true);
+    opts
 }
 
 #[cfg(test)]
