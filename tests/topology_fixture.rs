@@ -14,7 +14,9 @@ use rdkafka::Message as _;
 
 use common::topology as fx;
 use likes::kafka;
+use likes::schema::v1::{delta_record, Correction, DeltaRecord};
 use likes::topology::Topology;
+use prost::Message as _;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
@@ -65,6 +67,43 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     let headers = m.headers().unwrap();
     let error = headers.iter().find(|h| h.key == "likes.error").unwrap();
     assert!(String::from_utf8_lossy(error.value.unwrap()).contains("undecodable"));
+
+    // Corrections (reconciliation's output) go through the fence as deltas of their window.
+    let producer: rdkafka::producer::FutureProducer =
+        kafka::producer_config(&settings.kafka).create().unwrap();
+    let deltas = settings.topic(&topology.topics.deltas.name);
+    let mut want = want;
+    for (item, delta) in [("item-3", 2i64), ("item-4", -1)] {
+        let record = DeltaRecord {
+            record: Some(delta_record::Record::Correction(Correction {
+                item_id: item.into(),
+                delta,
+                correction_id: format!("test-{item}"),
+                reason: "fixture".into(),
+                snapshot_time_ms: likes::dedupe::state::now_ms(),
+            })),
+        }
+        .encode_to_vec();
+        producer
+            .send(
+                rdkafka::producer::FutureRecord::to(&deltas)
+                    .key(item)
+                    .payload(&record),
+                Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+        *want.entry(item.to_string()).or_insert(0) += delta;
+    }
+    let mut run = fx::start(&settings, &topology);
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
+    let (_, c) = run.stop().await;
+    assert_eq!(have, want, "each correction applies exactly once");
+    assert_eq!(
+        c.windows_applied, 2,
+        "two corrections, two (item, window) writes"
+    );
 
     // A replay is refused while a stage runs: its next commit would undo the reset.
     let groups = [
