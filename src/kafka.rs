@@ -1,9 +1,13 @@
 //! Kafka client configuration shared by every producer, consumer and admin client, so that
 //! all of them agree on the things that must agree (the partitioner above all).
 
+use std::sync::{Arc, Mutex};
+
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::{ClientConfig, ClientContext, TopicPartitionList};
+use tracing::{info, warn};
 
 use crate::config::KafkaSettings;
 use crate::error::Result;
@@ -73,4 +77,58 @@ pub fn record_lag(stage: &'static str, stats: &rdkafka::Statistics) {
         .map(|p| p.consumer_lag)
         .sum();
     metrics::gauge!(crate::metrics::CONSUMER_LAG, "stage" => stage).set(lag as f64);
+}
+
+/// Partitions a rebalance assigned or revoked, for the stage loop to act on between batches
+/// (callbacks run inside `poll`, when no batch is in flight).
+#[derive(Default)]
+pub struct Assignments {
+    assigned: Mutex<Vec<i32>>,
+    revoked: Mutex<Vec<i32>>,
+}
+
+impl Assignments {
+    pub fn take_assigned(&self) -> Vec<i32> {
+        std::mem::take(&mut *self.assigned.lock().unwrap())
+    }
+
+    pub fn take_revoked(&self) -> Vec<i32> {
+        std::mem::take(&mut *self.revoked.lock().unwrap())
+    }
+
+    /// True when no rebalance happened since the last takes.
+    pub fn is_empty(&self) -> bool {
+        self.assigned.lock().unwrap().is_empty() && self.revoked.lock().unwrap().is_empty()
+    }
+}
+
+/// The consumer context of a stage: records rebalances and publishes consumer lag.
+pub struct StageContext {
+    pub stage: &'static str,
+    pub assignments: Arc<Assignments>,
+}
+
+impl ClientContext for StageContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        record_lag(self.stage, &statistics);
+    }
+}
+
+impl ConsumerContext for StageContext {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let parts = |tpl: &TopicPartitionList| -> Vec<i32> {
+            tpl.elements().iter().map(|e| e.partition()).collect()
+        };
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                info!(stage = self.stage, partitions = ?parts(tpl), "assigned");
+                self.assignments.assigned.lock().unwrap().extend(parts(tpl));
+            }
+            Rebalance::Revoke(tpl) => {
+                info!(stage = self.stage, partitions = ?parts(tpl), "revoked");
+                self.assignments.revoked.lock().unwrap().extend(parts(tpl));
+            }
+            Rebalance::Error(e) => warn!(stage = self.stage, error = %e, "rebalance error"),
+        }
+    }
 }

@@ -9,21 +9,19 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use common::procs::{self, Stage};
+use common::procs;
 use common::topology as fx;
-use likes::topology::Topology;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sigkills_never_change_the_counts() {
-    let settings = fx::settings("kill9");
-    let topology = Topology::load(None).unwrap();
-    fx::setup(&settings, &topology).await;
-    let dir = settings.dedupe.state_dir.with_extension("run");
-    std::fs::create_dir_all(&dir).unwrap();
-    let audit = dir.join("audit.tsv");
-    let env = procs::stage_env(&settings, &audit);
-    let mut dedupe = Stage::new("dedupe", env.clone(), &dir);
-    let mut count = Stage::new("count", env, &dir);
+    let procs::Harness {
+        settings,
+        topology,
+        dir: _,
+        audit,
+        mut dedupe,
+        mut count,
+    } = procs::harness("kill9").await;
     dedupe.start();
     count.start();
 
@@ -57,18 +55,7 @@ async fn random_sigkills_never_change_the_counts() {
         stage.start();
     }
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    let have = loop {
-        dedupe.assert_alive();
-        count.assert_alive();
-        let have = fx::nonzero(&fx::counts(&settings).await);
-        if have == want || tokio::time::Instant::now() > deadline {
-            break have;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    dedupe.stop();
-    count.stop();
+    let have = procs::drain(&mut dedupe, &mut count, &settings, &want).await;
     eprintln!(
         "kills: dedupe {}, count {}; {} records",
         kills.0,

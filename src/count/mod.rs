@@ -11,58 +11,25 @@ pub mod sink;
 pub mod window;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message as _;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::cql;
 use crate::error::Result;
-use crate::kafka;
+use crate::kafka::{self, Assignments, StageContext};
 use crate::metrics as m;
 use crate::schema::v1::{delta_record::Record, DeltaRecord};
 use crate::topology::Topology;
 use sink::{Sink, SinkStats};
 use window::{ResumePoint, Windows};
-
-#[derive(Default)]
-struct Assignments {
-    assigned: Mutex<Vec<i32>>,
-    revoked: Mutex<Vec<i32>>,
-}
-
-struct CountContext(Arc<Assignments>);
-
-impl ClientContext for CountContext {
-    fn stats(&self, statistics: rdkafka::Statistics) {
-        kafka::record_lag("count", &statistics);
-    }
-}
-
-impl ConsumerContext for CountContext {
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let parts = |tpl: &TopicPartitionList| -> Vec<i32> {
-            tpl.elements().iter().map(|e| e.partition()).collect()
-        };
-        match rebalance {
-            Rebalance::Assign(tpl) => {
-                info!(partitions = ?parts(tpl), "assigned");
-                self.0.assigned.lock().unwrap().extend(parts(tpl));
-            }
-            Rebalance::Revoke(tpl) => {
-                info!(partitions = ?parts(tpl), "revoked");
-                self.0.revoked.lock().unwrap().extend(parts(tpl));
-            }
-            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
-        }
-    }
-}
 
 /// The commit metadata that carries a partition's clock.
 pub fn clock_metadata(clock_ms: i64) -> String {
@@ -76,7 +43,7 @@ fn parse_clock(metadata: &str) -> Option<i64> {
 /// One stage-2 worker.
 pub struct Count {
     settings: Settings,
-    consumer: BaseConsumer<CountContext>,
+    consumer: BaseConsumer<StageContext>,
     dlq: BaseProducer,
     assignments: Arc<Assignments>,
     windows: Windows,
@@ -93,9 +60,13 @@ impl Count {
         let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.count);
         let assignments = Arc::new(Assignments::default());
         let member = format!("{}-count", settings.instance_id());
-        let consumer: BaseConsumer<CountContext> =
-            kafka::stage_consumer_config(&settings.kafka, &group, &member)
-                .create_with_context(CountContext(assignments.clone()))?;
+        let consumer: BaseConsumer<StageContext> =
+            kafka::stage_consumer_config(&settings.kafka, &group, &member).create_with_context(
+                StageContext {
+                    stage: "count",
+                    assignments: assignments.clone(),
+                },
+            )?;
         let deltas_topic = settings.topic(&topology.topics.deltas.name);
         consumer.subscribe(&[&deltas_topic])?;
         let dlq: BaseProducer = kafka::producer_config(&settings.kafka).create()?;
@@ -168,16 +139,14 @@ impl Count {
     }
 
     fn handle_rebalance(&mut self) -> Result<()> {
-        if self.assignments.revoked.lock().unwrap().is_empty()
-            && self.assignments.assigned.lock().unwrap().is_empty()
-        {
+        if self.assignments.is_empty() {
             return Ok(());
         }
-        for p in std::mem::take(&mut *self.assignments.revoked.lock().unwrap()) {
+        for p in self.assignments.take_revoked() {
             self.windows.revoke(p);
             self.committed.retain(|(q, _)| *q != p);
         }
-        let assigned = std::mem::take(&mut *self.assignments.assigned.lock().unwrap());
+        let assigned = self.assignments.take_assigned();
         if assigned.is_empty() {
             return Ok(());
         }

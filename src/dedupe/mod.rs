@@ -17,58 +17,25 @@ pub mod state;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
-use crate::kafka;
+use crate::kafka::{self, Assignments, StageContext};
 use crate::metrics as m;
 use crate::schema::v1::{delta_record, Delta, DeltaRecord, Tick};
 use crate::topology::Topology;
 use rule::{EdgeVersion, Verdict};
 use state::{edge_key, now_ms, EdgeStore};
-
-/// Partitions assigned by the last rebalance and not yet recovered.
-#[derive(Default)]
-struct Assignments {
-    pending: Mutex<Vec<i32>>,
-    revoked: Mutex<Vec<i32>>,
-}
-
-struct DedupeContext(Arc<Assignments>);
-
-impl ClientContext for DedupeContext {
-    fn stats(&self, statistics: rdkafka::Statistics) {
-        kafka::record_lag("dedupe", &statistics);
-    }
-}
-
-impl ConsumerContext for DedupeContext {
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Assign(tpl) => {
-                let ps: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
-                info!(partitions = ?ps, "assigned");
-                self.0.pending.lock().unwrap().extend(ps);
-            }
-            Rebalance::Revoke(tpl) => {
-                let ps: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
-                info!(partitions = ?ps, "revoked");
-                self.0.revoked.lock().unwrap().extend(ps);
-            }
-            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
-        }
-    }
-}
 
 /// Counters of one stage-1 process, read by tests and exported as metrics.
 #[derive(Debug, Default, Clone)]
@@ -84,7 +51,7 @@ pub struct DedupeStats {
 pub struct Dedupe {
     settings: Settings,
     topology: Topology,
-    consumer: BaseConsumer<DedupeContext>,
+    consumer: BaseConsumer<StageContext>,
     producer: BaseProducer,
     store: EdgeStore,
     assignments: Arc<Assignments>,
@@ -126,9 +93,12 @@ impl Dedupe {
         let events_topic = settings.topic(&topology.topics.events.name);
         let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe);
         let assignments = Arc::new(Assignments::default());
-        let consumer: BaseConsumer<DedupeContext> =
+        let consumer: BaseConsumer<StageContext> =
             kafka::stage_consumer_config(&settings.kafka, &group, &format!("{instance}-dedupe"))
-                .create_with_context(DedupeContext(assignments.clone()))?;
+                .create_with_context(StageContext {
+                    stage: "dedupe",
+                    assignments: assignments.clone(),
+                })?;
         let producer: BaseProducer = kafka::producer_config(&settings.kafka)
             .set("transactional.id", format!("{group}-{instance}"))
             .set(
@@ -247,10 +217,10 @@ impl Dedupe {
     }
 
     fn handle_rebalance(&mut self) -> Result<()> {
-        for p in std::mem::take(&mut *self.assignments.revoked.lock().unwrap()) {
+        for p in self.assignments.take_revoked() {
             self.recovered.remove(&p);
         }
-        let pending = std::mem::take(&mut *self.assignments.pending.lock().unwrap());
+        let pending = self.assignments.take_assigned();
         if pending.is_empty() {
             return Ok(());
         }

@@ -179,3 +179,57 @@ pub fn read_audit(path: &std::path::Path) -> Audit {
         sums,
     }
 }
+
+/// Waits (up to 120 s) until the counts equal `want` while both stages stay alive, then stops
+/// both cleanly; returns the last counts seen (nonzero entries).
+pub async fn drain(
+    dedupe: &mut Stage,
+    count: &mut Stage,
+    settings: &Settings,
+    want: &BTreeMap<String, i64>,
+) -> BTreeMap<String, i64> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let have = loop {
+        dedupe.assert_alive();
+        count.assert_alive();
+        let have = super::topology::nonzero(&super::topology::counts(settings).await);
+        if have == *want || tokio::time::Instant::now() > deadline {
+            break have;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    dedupe.stop();
+    count.stop();
+    have
+}
+
+/// A fault test's world: its own names, schema and topics, a run dir with the stage logs and
+/// the audit trail, and the two stages (not started).
+pub struct Harness {
+    pub settings: Settings,
+    pub topology: likes::topology::Topology,
+    pub dir: PathBuf,
+    pub audit: PathBuf,
+    pub dedupe: Stage,
+    pub count: Stage,
+}
+
+pub async fn harness(base: &str) -> Harness {
+    let settings = super::topology::settings(base);
+    let topology = likes::topology::Topology::load(None).unwrap();
+    super::topology::setup(&settings, &topology).await;
+    let dir = settings.dedupe.state_dir.with_extension("run");
+    std::fs::create_dir_all(&dir).unwrap();
+    let audit = dir.join("audit.tsv");
+    let env = stage_env(&settings, &audit);
+    let dedupe = Stage::new("dedupe", env.clone(), &dir);
+    let count = Stage::new("count", env, &dir);
+    Harness {
+        settings,
+        topology,
+        dir,
+        audit,
+        dedupe,
+        count,
+    }
+}
