@@ -72,4 +72,5 @@ async fn crashes_at_the_narrow_moments_never_change_the_counts() {
             .contains("restored from the changelog"),
         "the crash after the commit must have been recovered from the changelog"
     );
+    fx::teardown(&settings, &topology).await;
 }

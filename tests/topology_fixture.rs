@@ -144,4 +144,5 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         "dedupe re-read the whole log"
     );
     eprintln!("replay: {d2:?} {c2:?}");
+    fx::teardown(&settings, &topology).await;
 }

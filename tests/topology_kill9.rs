@@ -82,4 +82,5 @@ async fn random_sigkills_never_change_the_counts() {
         "the audit trail sums to the truth"
     );
     eprintln!("applied (item, window) pairs: {}", a.applied_pairs);
+    fx::teardown(&settings, &topology).await;
 }

@@ -538,6 +538,25 @@ pub async fn topology(
         )));
     }
 
+    // Leave nothing behind but the report.
+    session
+        .query_unpaged(
+            format!("DROP KEYSPACE IF EXISTS {}", settings.cql.keyspace),
+            (),
+        )
+        .await?;
+    let admin = kafka::admin(&settings.kafka)?;
+    let names: Vec<String> = topology
+        .topics()
+        .iter()
+        .map(|(_, t)| settings.topic(&t.name))
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    admin
+        .delete_topics(&refs, &rdkafka::admin::AdminOptions::new())
+        .await?;
+    let _ = std::fs::remove_dir_all(&dir);
+
     std::fs::create_dir_all(&args.out).map_err(|e| Error::State(e.to_string()))?;
     let json = serde_json::to_string_pretty(&report).map_err(|e| Error::State(e.to_string()))?;
     let path = args.out.join(format!("topology-{stamp}.json"));
