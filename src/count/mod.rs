@@ -194,14 +194,12 @@ impl Count {
                 ts,
                 Some((&d.item_id, d.delta, d.event_time_ms)),
             ),
+            // A correction's staleness counts from when it entered the log, not from its
+            // snapshot, which may be hours old by design.
             Ok(Some(Record::Correction(c))) => {
                 info!(item = %c.item_id, delta = c.delta, id = %c.correction_id, reason = %c.reason, "correction");
-                self.windows.observe(
-                    p,
-                    msg.offset(),
-                    ts,
-                    Some((&c.item_id, c.delta, c.snapshot_time_ms)),
-                )
+                self.windows
+                    .observe(p, msg.offset(), ts, Some((&c.item_id, c.delta, ts)))
             }
             Ok(Some(Record::Tick(_))) => self.windows.observe(p, msg.offset(), ts, None),
             Ok(None) => self.dead_letter(msg, "DeltaRecord holds no record".into())?,

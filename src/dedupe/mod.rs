@@ -173,6 +173,9 @@ impl Dedupe {
             }
         }
         self.handle_rebalance()?;
+        // Records fetched before a revoke that happened during this poll belong to the new
+        // owner, which reads them from the committed offset.
+        pending_msgs.retain(|m| self.recovered.contains(&m.partition()));
         let now = now_ms();
         let horizon = self.topology.dedupe_ttl.as_millis() as i64;
         for m in &pending_msgs {
