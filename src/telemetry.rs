@@ -9,8 +9,10 @@ pub fn init(log: &LogSettings) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&log.filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     // A second init (tests) is harmless: keep the first subscriber.
     let _ = match log.format {

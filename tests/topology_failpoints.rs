@@ -21,6 +21,7 @@ async fn crashes_at_the_narrow_moments_never_change_the_counts() {
         audit,
         mut dedupe,
         mut count,
+        ..
     } = procs::harness("failpoints").await;
 
     let script = fx::script(5, 20, 40, 5);

@@ -21,6 +21,7 @@ async fn random_sigkills_never_change_the_counts() {
         audit,
         mut dedupe,
         mut count,
+        ..
     } = procs::harness("kill9").await;
     dedupe.start();
     count.start();

@@ -117,7 +117,8 @@ impl Dedupe {
             )
             .create()?;
         producer.init_transactions(settings.kafka.request_timeout)?;
-        let dir = settings.dedupe.state_dir.join(&group);
+        // Per group and instance: two instances sharing a volume never open the same RocksDB.
+        let dir = settings.dedupe.state_dir.join(&group).join(&instance);
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::State(format!("create {}: {e}", dir.display())))?;
         let store = EdgeStore::open(

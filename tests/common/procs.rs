@@ -45,10 +45,20 @@ pub fn stage_env(settings: &Settings, audit: &std::path::Path) -> Vec<(String, S
 
 impl Stage {
     pub fn new(name: &'static str, env: Vec<(String, String)>, dir: &std::path::Path) -> Self {
+        Self::named(name, name, env, dir)
+    }
+
+    /// A stage whose log is `<label>.log` (for two instances of one stage).
+    pub fn named(
+        name: &'static str,
+        label: &str,
+        env: Vec<(String, String)>,
+        dir: &std::path::Path,
+    ) -> Self {
         Self {
             name,
             env,
-            log: dir.join(format!("{name}.log")),
+            log: dir.join(format!("{label}.log")),
             child: None,
             started_at: std::time::Instant::now(),
             starts: 0,
@@ -212,6 +222,8 @@ pub struct Harness {
     pub audit: PathBuf,
     pub dedupe: Stage,
     pub count: Stage,
+    /// The environment the stages run with (to derive more instances from).
+    pub env: Vec<(String, String)>,
 }
 
 pub async fn harness(base: &str) -> Harness {
@@ -223,7 +235,7 @@ pub async fn harness(base: &str) -> Harness {
     let audit = dir.join("audit.tsv");
     let env = stage_env(&settings, &audit);
     let dedupe = Stage::new("dedupe", env.clone(), &dir);
-    let count = Stage::new("count", env, &dir);
+    let count = Stage::new("count", env.clone(), &dir);
     Harness {
         settings,
         topology,
@@ -231,5 +243,6 @@ pub async fn harness(base: &str) -> Harness {
         audit,
         dedupe,
         count,
+        env,
     }
 }
