@@ -539,22 +539,7 @@ pub async fn topology(
     }
 
     // Leave nothing behind but the report.
-    session
-        .query_unpaged(
-            format!("DROP KEYSPACE IF EXISTS {}", settings.cql.keyspace),
-            (),
-        )
-        .await?;
-    let admin = kafka::admin(&settings.kafka)?;
-    let names: Vec<String> = topology
-        .topics()
-        .iter()
-        .map(|(_, t)| settings.topic(&t.name))
-        .collect();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    admin
-        .delete_topics(&refs, &rdkafka::admin::AdminOptions::new())
-        .await?;
+    drop_namespace(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
 
     std::fs::create_dir_all(&args.out).map_err(|e| Error::State(e.to_string()))?;
@@ -563,6 +548,30 @@ pub async fn topology(
     std::fs::write(&path, json).map_err(|e| Error::State(e.to_string()))?;
     eprintln!("bench: report written to {}", path.display());
     Ok(report)
+}
+
+/// Drops the keyspace and deletes the topics of `settings` (a bench's or a test's own).
+pub async fn drop_namespace(
+    session: &scylla::client::session::Session,
+    settings: &Settings,
+    topology: &Topology,
+) -> Result<()> {
+    session
+        .query_unpaged(
+            format!("DROP KEYSPACE IF EXISTS {}", settings.cql.keyspace),
+            (),
+        )
+        .await?;
+    let names: Vec<String> = topology
+        .topics()
+        .iter()
+        .map(|(_, t)| settings.topic(&t.name))
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    kafka::admin(&settings.kafka)?
+        .delete_topics(&refs, &rdkafka::admin::AdminOptions::new())
+        .await?;
+    Ok(())
 }
 
 impl std::fmt::Display for BenchReport {
