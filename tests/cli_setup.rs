@@ -117,6 +117,27 @@ async fn topics_snapshot(
     out
 }
 
+/// Waits (up to 15 s) until `describe_configs` shows `key = value` on `topic`.
+async fn wait_for_config(
+    admin: &rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
+    topic: &str,
+    key: &str,
+    value: &str,
+) {
+    for _ in 0..150 {
+        let described = admin
+            .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+            .await
+            .unwrap();
+        let resource = described.into_iter().next().unwrap().unwrap();
+        if resource.get(key).and_then(|e| e.value.as_deref()) == Some(value) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{topic}: {key} never became {value}");
+}
+
 async fn delete_topics(settings: &likes::config::Settings, topology: &Topology) {
     let admin = kafka::admin(&settings.kafka).unwrap();
     let names: Vec<String> = topology
@@ -168,12 +189,15 @@ async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift
         .unwrap()
         .remove(0)
         .unwrap();
+    // KRaft applies a config change through the metadata log: wait until it is visible.
+    wait_for_config(&admin, &deltas, "message.timestamp.type", "CreateTime").await;
     let (ok, out, err) = common::likes(&["topics"], &env);
     assert!(ok, "{err}");
     assert!(
         out.contains(&format!("topic {deltas}: config message.timestamp.type")),
         "{out}"
     );
+    wait_for_config(&admin, &deltas, "message.timestamp.type", "LogAppendTime").await;
     let (ok, out, _) = common::likes(&["topics"], &env);
     assert!(ok && out.contains("nothing to do"), "{out}");
     assert_eq!(topics_snapshot(&settings, &topology).await, first);
