@@ -59,7 +59,7 @@ test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; star
 
 lint: buf ## rustfmt, clippy -D warnings, buf lint
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --features failpoints -- -D warnings
 	cd schemas && $(BUF) lint
 
 fmt: ## Format the code

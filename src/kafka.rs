@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::BaseRecord;
 use rdkafka::{ClientConfig, ClientContext, TopicPartitionList};
 use tracing::{info, warn};
 
@@ -131,4 +133,41 @@ impl ConsumerContext for StageContext {
             Rebalance::Error(e) => warn!(stage = self.stage, error = %e, "rebalance error"),
         }
     }
+}
+
+/// A record for `likes.dlq`: the original key and value untouched, the reason and the
+/// source position in headers (`likes.error`, `likes.source.topic|partition|offset`).
+pub fn dead_letter<'a>(
+    dlq_topic: &'a str,
+    key: Option<&'a [u8]>,
+    payload: Option<&'a [u8]>,
+    reason: &str,
+    source: (&str, i32, i64),
+) -> BaseRecord<'a, [u8], [u8]> {
+    let (topic, partition, offset) = source;
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "likes.error",
+            value: Some(reason),
+        })
+        .insert(Header {
+            key: "likes.source.topic",
+            value: Some(topic),
+        })
+        .insert(Header {
+            key: "likes.source.partition",
+            value: Some(&partition.to_string()),
+        })
+        .insert(Header {
+            key: "likes.source.offset",
+            value: Some(&offset.to_string()),
+        });
+    let mut r = BaseRecord::to(dlq_topic).headers(headers);
+    if let Some(k) = key {
+        r = r.key(k);
+    }
+    if let Some(v) = payload {
+        r = r.payload(v);
+    }
+    r
 }

@@ -71,11 +71,7 @@ async fn partitions_move_with_their_state_between_instances() {
         have, want,
         "counts must equal the ground truth across rebalances"
     );
-    let audit = procs::read_audit(&audit);
-    assert_eq!(
-        audit.applied_pairs, audit.distinct_pairs,
-        "an (item, window) was applied twice"
-    );
+    procs::assert_audit(&audit, &want);
     let (ra, rb) = (
         restored(&dir.join("dedupe.log")),
         restored(&dir.join("dedupe-b.log")),

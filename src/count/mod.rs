@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use prost::Message as _;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
@@ -94,10 +94,6 @@ impl Count {
             committed: Vec::new(),
             records: 0,
         })
-    }
-
-    pub fn sink_stats(&self) -> &SinkStats {
-        &self.sink.stats
     }
 
     /// Runs until `stop` is set or a fatal error.
@@ -215,30 +211,13 @@ impl Count {
         let ts = msg.timestamp().to_millis().unwrap_or(0);
         self.windows
             .observe(msg.partition(), msg.offset(), ts, None);
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "likes.error",
-                value: Some(reason.as_str()),
-            })
-            .insert(Header {
-                key: "likes.source.topic",
-                value: Some(self.deltas_topic.as_str()),
-            })
-            .insert(Header {
-                key: "likes.source.partition",
-                value: Some(&msg.partition().to_string()),
-            })
-            .insert(Header {
-                key: "likes.source.offset",
-                value: Some(&msg.offset().to_string()),
-            });
-        let mut r: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.dlq_topic).headers(headers);
-        if let Some(k) = msg.key() {
-            r = r.key(k);
-        }
-        if let Some(v) = msg.payload() {
-            r = r.payload(v);
-        }
+        let r = kafka::dead_letter(
+            &self.dlq_topic,
+            msg.key(),
+            msg.payload(),
+            &reason,
+            (&self.deltas_topic, msg.partition(), msg.offset()),
+        );
         self.dlq.send(r).map_err(|(e, _)| e)?;
         // The dead letter must be durable before the offset that skips it is committed.
         self.dlq.flush(self.settings.kafka.request_timeout)?;

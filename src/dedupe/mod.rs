@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -308,31 +308,13 @@ impl Dedupe {
         let timeout = self.settings.kafka.request_timeout;
         self.producer.begin_transaction()?;
         for d in &batch.dead {
-            let headers = OwnedHeaders::new()
-                .insert(Header {
-                    key: "likes.error",
-                    value: Some(d.reason.as_str()),
-                })
-                .insert(Header {
-                    key: "likes.source.topic",
-                    value: Some(self.events_topic.as_str()),
-                })
-                .insert(Header {
-                    key: "likes.source.partition",
-                    value: Some(&d.partition.to_string()),
-                })
-                .insert(Header {
-                    key: "likes.source.offset",
-                    value: Some(&d.offset.to_string()),
-                });
-            let mut r: BaseRecord<'_, [u8], [u8]> =
-                BaseRecord::to(&self.dlq_topic).headers(headers);
-            if let Some(k) = &d.key {
-                r = r.key(k.as_slice());
-            }
-            if let Some(v) = &d.payload {
-                r = r.payload(v.as_slice());
-            }
+            let r = kafka::dead_letter(
+                &self.dlq_topic,
+                d.key.as_deref(),
+                d.payload.as_deref(),
+                &d.reason,
+                (&self.events_topic, d.partition, d.offset),
+            );
             send(&self.producer, r)?;
             warn!(partition = d.partition, offset = d.offset, reason = %d.reason, "dead letter");
             self.stats.dead_letters += 1;

@@ -86,11 +86,12 @@ fn restore_from_changelog(
 
     let mut restored = 0u64;
     let mut batch = WriteBatch::default();
-    let deadline = Instant::now() + timeout.max(Duration::from_secs(60)) * 10;
+    let limit = timeout.max(Duration::from_secs(60)) * 10;
+    let deadline = Instant::now() + limit;
     loop {
         if Instant::now() > deadline {
             return Err(Error::Timeout(
-                timeout * 10,
+                limit,
                 format!("restoring {topic}/{partition}"),
             ));
         }

@@ -246,3 +246,19 @@ pub async fn harness(base: &str) -> Harness {
         env,
     }
 }
+
+/// The audit trail's verdict: no (item, window) applied twice, and the applied deltas sum to
+/// the ground truth item by item.
+pub fn assert_audit(path: &std::path::Path, want: &BTreeMap<String, i64>) -> Audit {
+    let a = read_audit(path);
+    assert_eq!(
+        a.applied_pairs, a.distinct_pairs,
+        "an (item, window) was applied twice"
+    );
+    assert_eq!(
+        &super::topology::nonzero(&a.sums),
+        want,
+        "the audit trail must sum to the truth"
+    );
+    a
+}

@@ -1,7 +1,7 @@
 //! Helpers for whole-topology tests: a scripted event stream with its ground truth, and the
 //! two stages run in this process (fault tests run them as child processes instead).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -231,8 +231,6 @@ pub fn settings(base: &str) -> Settings {
     s.kafka.session_timeout = Duration::from_secs(6);
     s
 }
-
-pub type Counts = HashMap<String, i64>;
 
 /// Drops the test's keyspace and topics (a passing test leaves nothing behind).
 pub async fn teardown(settings: &Settings, topology: &Topology) {
