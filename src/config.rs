@@ -52,6 +52,7 @@ pub struct MetricsSettings {
 pub struct CountSettings {
     pub max_in_flight: usize,
     pub max_batch: usize,
+    pub batch_rows: usize,
     pub audit_log: String,
 }
 
@@ -159,10 +160,13 @@ impl Settings {
         if self.kafka.replication_factor < 1 {
             return bad("kafka.replication_factor must be at least 1".into());
         }
-        if self.dedupe.max_batch == 0 || self.count.max_batch == 0 || self.count.max_in_flight == 0
+        if self.dedupe.max_batch == 0
+            || self.count.max_batch == 0
+            || self.count.max_in_flight == 0
+            || self.count.batch_rows == 0
         {
             return bad(
-                "dedupe.max_batch, count.max_batch and count.max_in_flight must be at least 1"
+                "dedupe.max_batch, count.max_batch, count.max_in_flight and count.batch_rows must be at least 1"
                     .into(),
             );
         }

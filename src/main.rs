@@ -77,6 +77,10 @@ enum BenchCommand {
         live_seconds: u64,
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Window length for this run instead of the topology's (e.g. 250ms): staleness
+        /// can only fall below one window.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        window: Option<std::time::Duration>,
         /// Where the JSON report goes.
         #[arg(long, default_value = "bench/out")]
         out: PathBuf,
@@ -142,6 +146,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         viral_share,
                         live_seconds,
                         seed,
+                        window,
                         out: out_dir,
                     },
             } => {
@@ -156,6 +161,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     seed,
                     out: out_dir,
                 };
+                let mut topology = topology;
+                if let Some(w) = window {
+                    topology = topology.with_window(w)?;
+                }
                 let report = cmd::bench::topology(&settings, &topology, &args).await?;
                 out(&report.to_string());
             }

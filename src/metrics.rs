@@ -31,6 +31,11 @@ pub const CAS_RETRIES: &str = "likes_count_cas_retries_total";
 pub const CLAMPS: &str = "likes_count_clamps_total";
 /// Stage 2: sink time minus event time of applied windows, seconds.
 pub const STALENESS_SECONDS: &str = "likes_count_staleness_seconds";
+/// Stage 1: time per loop turn phase, seconds (label `phase`: poll, process, commit, state).
+/// Where a slow stage 1 spends its time: CPU (process, state) or waiting on Kafka (commit).
+pub const TURN_SECONDS: &str = "likes_dedupe_turn_seconds";
+/// Stage 1: RocksDB memory by kind (label `kind`: memtables, block_cache, table_readers).
+pub const STATE_MEMORY: &str = "likes_dedupe_state_memory_bytes";
 /// Consumer lag in records, per stage (label `stage`).
 pub const CONSUMER_LAG: &str = "likes_consumer_lag_records";
 
@@ -70,6 +75,16 @@ fn describe() {
     describe_counter!(SINK_LWTS, "conditional writes to like_counts");
     describe_counter!(CAS_RETRIES, "compare-and-set misses retried");
     describe_counter!(CLAMPS, "counts clamped at zero; alert on any");
+    describe_gauge!(
+        STATE_MEMORY,
+        Unit::Bytes,
+        "stage-1 RocksDB memory by kind (memtables, block_cache, table_readers)"
+    );
+    describe_histogram!(
+        TURN_SECONDS,
+        Unit::Seconds,
+        "stage-1 time per loop phase (poll, process, commit, state)"
+    );
     describe_histogram!(
         STALENESS_SECONDS,
         Unit::Seconds,

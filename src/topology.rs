@@ -27,6 +27,9 @@ pub struct Topology {
     /// Per-edge dedupe state lives this long: the replay horizon.
     #[serde(with = "humantime_serde")]
     pub dedupe_ttl: Duration,
+    /// `like_counts` partitions: one conditional batch fences many items of one shard.
+    /// A multiple of the deltas partitions, so each shard has exactly one writer.
+    pub counter_shards: u32,
     pub groups: Groups,
     pub topics: Topics,
 }
@@ -82,6 +85,24 @@ impl Topology {
     }
 
     /// Every topic with its role, in creation order.
+    /// This topology with another window length, validated like a loaded one (the tick
+    /// interval shrinks to a fifth of the window when it would not fit).
+    pub fn with_window(mut self, window: Duration) -> Result<Self> {
+        self.window = window;
+        if self.tick_interval >= window {
+            self.tick_interval = window / 5;
+        }
+        self.validate()
+            .map_err(|e| Error::Topology(format!("--window: {e}")))?;
+        Ok(self)
+    }
+
+    /// The `like_counts` partition of an item. Because `counter_shards` is a multiple of the
+    /// deltas partitions, `shard % partitions` is the item's deltas partition: one writer.
+    pub fn counter_shard(&self, item_id: &str) -> i32 {
+        crate::hash::partition_for(item_id.as_bytes(), self.counter_shards) as i32
+    }
+
     pub fn topics(&self) -> [(&'static str, &TopicSpec); 4] {
         [
             ("events", &self.topics.events),
@@ -102,6 +123,13 @@ impl Topology {
             return Err(format!(
                 "tick_interval = {:?} must be above zero and below window = {:?}, or idle partitions would hold windows open",
                 self.tick_interval, self.window
+            ));
+        }
+        let deltas = self.topics.deltas.partitions.max(1) as u32;
+        if !(1..=65_536).contains(&self.counter_shards) || self.counter_shards % deltas != 0 {
+            return Err(format!(
+                "counter_shards = {} must be in 1..=65536 and a multiple of topics.deltas.partitions = {deltas}, so each shard has one writer",
+                self.counter_shards
             ));
         }
         if self.dedupe_ttl < self.window {

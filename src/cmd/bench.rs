@@ -49,12 +49,15 @@ pub struct BenchReport {
     pub events: u64,
     pub items: u32,
     pub viral_share: f64,
+    pub window_ms: u64,
     pub produce_events_per_s: f64,
     pub raw_consume_events_per_s: f64,
     pub topology_events_per_s: f64,
     pub ratio_to_raw: f64,
     /// Stage 1 alone: when it had read the whole backlog.
     pub dedupe_events_per_s: f64,
+    /// Stage 1's time on the backlog by loop phase (poll, process, commit, state), seconds.
+    pub dedupe_phase_seconds: [f64; 4],
     pub drain_seconds: f64,
     pub windows_applied: f64,
     pub lwts: f64,
@@ -63,6 +66,8 @@ pub struct BenchReport {
     pub live_staleness_p50_s: f64,
     pub live_staleness_p99_s: f64,
     pub dedupe_peak_rss_mb: f64,
+    /// Stage 1's RocksDB memory at the end: memtables, block cache, table readers (MB).
+    pub dedupe_state_memory_mb: [f64; 3],
     pub count_peak_rss_mb: f64,
 }
 
@@ -329,6 +334,7 @@ fn spawn_stage(
         )
         .env("LIKES__DEDUPE__INSTANCE_ID", &settings.dedupe.instance_id)
         .env("LIKES__METRICS__LISTEN", format!("127.0.0.1:{port}"))
+        .env("LIKES__TOPOLOGY__PATH", dir.join("topology.toml"))
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| Error::State(e.to_string()))?)
@@ -402,6 +408,10 @@ pub async fn topology(
     let dir = std::env::temp_dir().join(format!("likes-bench-{stamp}"));
     settings.dedupe.state_dir = dir.join("state");
     std::fs::create_dir_all(&dir).map_err(|e| Error::State(e.to_string()))?;
+    // The stages run exactly this run's topology (which may differ from the file's window).
+    let topology_file = dir.join("topology.toml");
+    let spec = toml::to_string(topology).map_err(|e| Error::State(e.to_string()))?;
+    std::fs::write(&topology_file, spec).map_err(|e| Error::State(e.to_string()))?;
     let session = cql::connect(&settings.cql).await?;
     cmd::migrate::run(&session, &settings.cql).await?;
     cmd::topics::run(&settings, topology).await?;
@@ -420,6 +430,7 @@ pub async fn topology(
         events: args.events,
         items: args.items,
         viral_share: args.viral_share,
+        window_ms: topology.window.as_millis() as u64,
         ..Default::default()
     };
 
@@ -470,6 +481,18 @@ pub async fn topology(
     .await?;
     report.dedupe_events_per_s =
         args.events as f64 / dedupe_done.duration_since(started).as_secs_f64();
+    let d = scrape(dedupe.port);
+    let phase = |p: &str| {
+        d.get(&format!("{}_sum{{phase=\"{p}\"}}", m::TURN_SECONDS))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    report.dedupe_phase_seconds = [
+        phase("poll"),
+        phase("process"),
+        phase("commit"),
+        phase("state"),
+    ];
     report.drain_seconds = started.elapsed().as_secs_f64();
     report.topology_events_per_s = args.events as f64 / report.drain_seconds;
     report.ratio_to_raw = report.topology_events_per_s / report.raw_consume_events_per_s;
@@ -510,6 +533,13 @@ pub async fn topology(
     report.lwts = after.get(m::SINK_LWTS).copied().unwrap_or(0.0);
     report.lwts_per_applied_window = report.lwts / report.windows_applied.max(1.0);
     report.dedupe_peak_rss_mb = peak_rss_mb(dedupe.child.id());
+    let d = scrape(dedupe.port);
+    report.dedupe_state_memory_mb = ["memtables", "block_cache", "table_readers"].map(|k| {
+        d.get(&format!("{}{{kind=\"{k}\"}}", m::STATE_MEMORY))
+            .copied()
+            .unwrap_or(0.0)
+            / 1048576.0
+    });
     report.count_peak_rss_mb = peak_rss_mb(count.child.id());
     stop(&mut dedupe);
     stop(&mut count);
@@ -579,10 +609,11 @@ impl std::fmt::Display for BenchReport {
         writeln!(f, "| figure | value |\n|---|---|")?;
         writeln!(
             f,
-            "| events (items, viral share) | {} ({}, {:.0}%) |",
+            "| events (items, viral share); window | {} ({}, {:.0}%); {} ms |",
             self.events,
             self.items,
-            self.viral_share * 100.0
+            self.viral_share * 100.0,
+            self.window_ms
         )?;
         writeln!(
             f,
@@ -605,6 +636,11 @@ impl std::fmt::Display for BenchReport {
             "| stage 1 alone (backlog read and committed) | {:.0} events/s |",
             self.dedupe_events_per_s
         )?;
+        let [poll, process, commit, state] = self.dedupe_phase_seconds;
+        writeln!(
+            f,
+            "| stage 1 time: poll / process / commit / state | {poll:.1} / {process:.1} / {commit:.1} / {state:.1} s |"
+        )?;
         writeln!(
             f,
             "| (item, window) applied / LWTs | {:.0} / {:.0} ({:.3} LWT per window) |",
@@ -615,10 +651,15 @@ impl std::fmt::Display for BenchReport {
             "| live staleness p50 / p99 at {:.0} events/s | {:.3} s / {:.3} s |",
             self.live_rate_events_per_s, self.live_staleness_p50_s, self.live_staleness_p99_s
         )?;
-        write!(
+        writeln!(
             f,
             "| peak RSS dedupe / count | {:.0} MB / {:.0} MB |",
             self.dedupe_peak_rss_mb, self.count_peak_rss_mb
+        )?;
+        let [mem, cache, readers] = self.dedupe_state_memory_mb;
+        write!(
+            f,
+            "| stage 1 RocksDB memtables / block cache / table readers | {mem:.0} / {cache:.0} / {readers:.0} MB |"
         )
     }
 }

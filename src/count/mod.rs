@@ -74,7 +74,9 @@ impl Count {
         let mut sink = Sink::new(
             session,
             &settings.cql.keyspace,
+            topology,
             settings.count.max_in_flight,
+            settings.count.batch_rows,
         )
         .await?;
         if !settings.count.audit_log.is_empty() {

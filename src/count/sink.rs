@@ -7,12 +7,20 @@
 //! (count, last_window); stage 2 is the only writer of an item, so it rarely misses, and a
 //! miss returns the row to retry from. A sum that would go below zero is clamped at zero and
 //! counted: a negative count is a bug report, not a number.
+//!
+//! `like_counts` is partitioned by counter shard, and the conditional writes of all items of
+//! one shard go out as one conditional batch: one Paxos round fences up to `batch_rows` items,
+//! each row still under its own condition. A single-row LWT costs the database about as much
+//! CPU as a batch of dozens, and on a box shared with Kafka that CPU is the topology's limit.
+//! A batch applies all or nothing; when any condition fails it returns the rows as they are,
+//! and the batch is rebuilt from them (a replayed window then drops out by the fence).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
 use scylla::client::session::Session;
+use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::{CqlTimestamp, CqlValue, Row};
 use tracing::warn;
@@ -20,11 +28,12 @@ use tracing::warn;
 use super::window::ClosedWindow;
 use crate::error::{Error, Result};
 use crate::metrics as m;
+use crate::topology::Topology;
 
 /// What the sink did, cumulatively.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SinkStats {
-    /// Conditional writes issued (applied or not).
+    /// Conditional writes issued, applied or not (one per batch).
     pub lwts: u64,
     /// (item, window) pairs newly applied.
     pub windows_applied: u64,
@@ -34,6 +43,16 @@ pub struct SinkStats {
     pub clamps: u64,
 }
 
+impl SinkStats {
+    fn add(&mut self, o: &SinkStats) {
+        self.lwts += o.lwts;
+        self.windows_applied += o.windows_applied;
+        self.fence_skips += o.fence_skips;
+        self.cas_retries += o.cas_retries;
+        self.clamps += o.clamps;
+    }
+}
+
 /// A counter row as last seen: (count, last_window).
 type Row2 = (i64, i64);
 
@@ -41,8 +60,10 @@ pub struct Sink {
     session: Arc<Session>,
     insert: PreparedStatement,
     update: PreparedStatement,
+    topology: Topology,
     cache: HashMap<String, Row2>,
     max_in_flight: usize,
+    batch_rows: usize,
     audit: Option<std::sync::Mutex<std::fs::File>>,
     pub stats: SinkStats,
 }
@@ -50,27 +71,52 @@ pub struct Sink {
 /// One item's pending windows: window id → (delta, earliest event time).
 type Pending = BTreeMap<i64, (i64, i64)>;
 
-/// The outcome of writing one item.
-struct Outcome {
+/// One item to bring up to date.
+struct Job {
     item: String,
+    pending: Pending,
+    /// The row as last seen; `known` says whether `None` means "no row" or "not looked".
     row: Option<Row2>,
+    known: bool,
+    done: bool,
+}
+
+/// The write planned for one job in the current attempt.
+struct Planned {
+    job: usize,
+    next: i64,
+    top: i64,
+    fresh: Vec<(i64, i64, i64)>,
+    clamped: bool,
+}
+
+/// The outcome of writing one shard.
+#[derive(Default)]
+struct Outcome {
+    rows: Vec<(String, Option<Row2>)>,
     stats: SinkStats,
     staleness_ms: Vec<f64>,
 }
 
 impl Sink {
-    pub async fn new(session: Arc<Session>, keyspace: &str, max_in_flight: usize) -> Result<Self> {
+    pub async fn new(
+        session: Arc<Session>,
+        keyspace: &str,
+        topology: &Topology,
+        max_in_flight: usize,
+        batch_rows: usize,
+    ) -> Result<Self> {
         let insert = session
             .prepare(format!(
-                "INSERT INTO {keyspace}.like_counts (item_id, count, last_window, as_of) \
-                 VALUES (?, ?, ?, ?) IF NOT EXISTS"
+                "INSERT INTO {keyspace}.like_counts (shard, item_id, count, last_window, as_of) \
+                 VALUES (?, ?, ?, ?, ?) IF NOT EXISTS"
             ))
             .await
             .map_err(|e| Error::Schema(format!("prepare like_counts insert: {e}")))?;
         let update = session
             .prepare(format!(
                 "UPDATE {keyspace}.like_counts SET count = ?, last_window = ?, as_of = ? \
-                 WHERE item_id = ? IF count = ? AND last_window = ?"
+                 WHERE shard = ? AND item_id = ? IF count = ? AND last_window = ?"
             ))
             .await
             .map_err(|e| Error::Schema(format!("prepare like_counts update: {e}")))?;
@@ -78,8 +124,10 @@ impl Sink {
             session,
             insert,
             update,
+            topology: topology.clone(),
             cache: HashMap::new(),
-            max_in_flight,
+            max_in_flight: max_in_flight.max(1),
+            batch_rows: batch_rows.max(1),
             audit: None,
             stats: SinkStats::default(),
         })
@@ -110,32 +158,35 @@ impl Sink {
                 e.1 = e.1.min(d.event_time_ms);
             }
         }
-        let jobs: Vec<(String, Pending, Option<Row2>)> = by_item
-            .into_iter()
-            .map(|(item, pending)| {
-                let cached = self.cache.get(&item).copied();
-                (item, pending, cached)
-            })
-            .collect();
+        let mut by_shard: BTreeMap<i32, Vec<Job>> = BTreeMap::new();
+        for (item, pending) in by_item {
+            let row = self.cache.get(&item).copied();
+            by_shard
+                .entry(self.topology.counter_shard(&item))
+                .or_default()
+                .push(Job {
+                    item,
+                    pending,
+                    row,
+                    known: row.is_some(),
+                    done: false,
+                });
+        }
         let this = &*self;
-        let outcomes: Vec<Result<Outcome>> = stream::iter(jobs)
-            .map(|(item, pending, cached)| this.apply_item(item, pending, cached, window_ms))
+        let outcomes: Vec<Result<Outcome>> = stream::iter(by_shard)
+            .map(|(shard, jobs)| this.apply_shard(shard, jobs, window_ms))
             .buffer_unordered(self.max_in_flight)
             .collect()
             .await;
         for o in outcomes {
             let o = o?;
-
-            match o.row {
-                Some(r) => self.cache.insert(o.item, r),
-                None => self.cache.remove(&o.item),
-            };
-            let s = &mut self.stats;
-            s.lwts += o.stats.lwts;
-            s.windows_applied += o.stats.windows_applied;
-            s.fence_skips += o.stats.fence_skips;
-            s.cas_retries += o.stats.cas_retries;
-            s.clamps += o.stats.clamps;
+            for (item, row) in o.rows {
+                match row {
+                    Some(r) => self.cache.insert(item, r),
+                    None => self.cache.remove(&item),
+                };
+            }
+            self.stats.add(&o.stats);
             metrics::counter!(m::SINK_LWTS).increment(o.stats.lwts);
             metrics::counter!(m::WINDOWS_APPLIED).increment(o.stats.windows_applied);
             metrics::counter!(m::FENCE_SKIPS).increment(o.stats.fence_skips);
@@ -148,82 +199,129 @@ impl Sink {
         Ok(())
     }
 
-    async fn apply_item(
+    /// One shard's items, `batch_rows` at a time. A shard's batches run one after another:
+    /// concurrent Paxos rounds on one partition would only contend.
+    async fn apply_shard(&self, shard: i32, mut jobs: Vec<Job>, window_ms: i64) -> Result<Outcome> {
+        let mut out = Outcome::default();
+        for chunk in jobs.chunks_mut(self.batch_rows) {
+            self.apply_chunk(shard, chunk, window_ms, &mut out).await?;
+        }
+        out.rows = jobs.into_iter().map(|j| (j.item, j.row)).collect();
+        Ok(out)
+    }
+
+    async fn apply_chunk(
         &self,
-        item: String,
-        pending: Pending,
-        mut row: Option<Row2>,
+        shard: i32,
+        jobs: &mut [Job],
         window_ms: i64,
-    ) -> Result<Outcome> {
-        let mut stats = SinkStats::default();
-        let mut known = row.is_some();
+        out: &mut Outcome,
+    ) -> Result<()> {
         for _attempt in 0..20 {
-            let last = row.map(|r| r.1).unwrap_or(i64::MIN);
-            let fresh: Vec<(&i64, &(i64, i64))> = pending.range(last.saturating_add(1)..).collect();
-            if known && fresh.is_empty() {
-                stats.fence_skips += pending.len() as u64;
-                return Ok(Outcome {
-                    item,
-                    row,
-                    stats,
-                    staleness_ms: vec![],
-                });
+            let planned = plan(jobs, &mut out.stats);
+            if planned.is_empty() {
+                return Ok(());
             }
-            let n: i64 = fresh.iter().map(|(_, (d, _))| d).sum();
-            let top = *fresh.last().map(|(w, _)| *w).unwrap_or(&last);
-            let as_of = CqlTimestamp((top + 1) * window_ms);
-            let mut next = row.map(|r| r.0).unwrap_or(0).saturating_add(n);
-            let clamped = next < 0;
-            next = next.max(0);
-            stats.lwts += 1;
-            let answer = match row {
-                None => {
-                    self.session
-                        .execute_unpaged(&self.insert, (&item, next, top, as_of))
-                        .await?
-                }
-                Some((count, last_window)) => {
-                    self.session
-                        .execute_unpaged(
-                            &self.update,
-                            (next, top, as_of, &item, count, last_window),
-                        )
-                        .await?
-                }
-            };
-            match lwt_answer(answer)? {
-                Applied::Yes => {
-                    stats.windows_applied += fresh.len() as u64;
-                    stats.fence_skips += (pending.len() - fresh.len()) as u64;
-                    if clamped {
-                        stats.clamps += 1;
-                        warn!(%item, window = top, "count would go negative; clamped at 0");
+            let mut batch = Batch::new(BatchType::Unlogged);
+            let mut values: Vec<Vec<CqlValue>> = Vec::with_capacity(planned.len());
+            for p in &planned {
+                let job = &jobs[p.job];
+                let as_of = CqlValue::Timestamp(CqlTimestamp((p.top + 1) * window_ms));
+                match job.row {
+                    None => {
+                        batch.append_statement(self.insert.clone());
+                        values.push(vec![
+                            CqlValue::Int(shard),
+                            CqlValue::Text(job.item.clone()),
+                            CqlValue::BigInt(p.next),
+                            CqlValue::BigInt(p.top),
+                            as_of,
+                        ]);
                     }
-                    let now = crate::dedupe::state::now_ms();
-                    let staleness_ms = fresh
-                        .iter()
-                        .map(|(_, (_, t))| (now - t).max(0) as f64)
-                        .collect();
-                    let windows: Vec<i64> = fresh.iter().map(|(w, _)| **w).collect();
-                    self.audit(&item, &windows, n)?;
-                    return Ok(Outcome {
-                        item,
-                        row: Some((next, top)),
-                        stats,
-                        staleness_ms,
-                    });
+                    Some((count, last_window)) => {
+                        batch.append_statement(self.update.clone());
+                        values.push(vec![
+                            CqlValue::BigInt(p.next),
+                            CqlValue::BigInt(p.top),
+                            as_of,
+                            CqlValue::Int(shard),
+                            CqlValue::Text(job.item.clone()),
+                            CqlValue::BigInt(count),
+                            CqlValue::BigInt(last_window),
+                        ]);
+                    }
                 }
-                Applied::No(current) => {
-                    stats.cas_retries += 1;
-                    row = current;
-                    known = true;
+            }
+            out.stats.lwts += 1;
+            let answer = self.session.batch(&batch, values).await?;
+            match batch_answer(answer)? {
+                None => {
+                    let now = crate::dedupe::state::now_ms();
+                    for p in planned {
+                        let job = &mut jobs[p.job];
+                        let s = &mut out.stats;
+                        s.windows_applied += p.fresh.len() as u64;
+                        s.fence_skips += (job.pending.len() - p.fresh.len()) as u64;
+                        if p.clamped {
+                            s.clamps += 1;
+                            warn!(item = %job.item, window = p.top, "count would go negative; clamped at 0");
+                        }
+                        out.staleness_ms
+                            .extend(p.fresh.iter().map(|&(_, _, t)| (now - t).max(0) as f64));
+                        let windows: Vec<i64> = p.fresh.iter().map(|&(w, _, _)| w).collect();
+                        let n = p.fresh.iter().map(|&(_, d, _)| d).sum();
+                        self.audit(&job.item, &windows, n)?;
+                        job.row = Some((p.next, p.top));
+                        job.done = true;
+                    }
+                }
+                Some(current) => {
+                    out.stats.cas_retries += 1;
+                    for p in planned {
+                        let job = &mut jobs[p.job];
+                        job.row = current.get(&job.item).copied();
+                        job.known = true;
+                    }
                 }
             }
         }
         Err(Error::Schema(format!(
-            "like_counts row {item}: compare-and-set kept failing"
+            "like_counts shard {shard}: conditional batch kept failing"
         )))
     }
+}
+
+/// The write of every job not yet done: the sum of its windows above the row's last_window.
+/// Jobs with nothing above it are done (their windows bounce off the fence).
+fn plan(jobs: &mut [Job], stats: &mut SinkStats) -> Vec<Planned> {
+    let mut planned = Vec::new();
+    for (i, job) in jobs.iter_mut().enumerate() {
+        if job.done {
+            continue;
+        }
+        let last = job.row.map(|r| r.1).unwrap_or(i64::MIN);
+        let fresh: Vec<(i64, i64, i64)> = job
+            .pending
+            .range(last.saturating_add(1)..)
+            .map(|(&w, &(d, t))| (w, d, t))
+            .collect();
+        if job.known && fresh.is_empty() {
+            stats.fence_skips += job.pending.len() as u64;
+            job.done = true;
+            continue;
+        }
+        let n: i64 = fresh.iter().map(|&(_, d, _)| d).sum();
+        let top = fresh.last().map(|&(w, _, _)| w).unwrap_or(last);
+        let next = job.row.map(|r| r.0).unwrap_or(0).saturating_add(n);
+        planned.push(Planned {
+            job: i,
+            next: next.max(0),
+            top,
+            fresh,
+            clamped: next < 0,
+        });
+    }
+    planned
 }
 
 impl Sink {
@@ -241,31 +339,36 @@ impl Sink {
     }
 }
 
-enum Applied {
-    Yes,
-    /// Not applied; the row as the database has it (None: no row).
-    No(Option<Row2>),
-}
-
-fn lwt_answer(result: scylla::response::query_result::QueryResult) -> Result<Applied> {
+/// `None` when the batch applied; otherwise the rows as the database has them, by item
+/// (an item without a row there has no row, or a row without a count).
+fn batch_answer(
+    result: scylla::response::query_result::QueryResult,
+) -> Result<Option<HashMap<String, Row2>>> {
     let rows = result.into_rows_result()?;
     let names: Vec<String> = rows
         .column_specs()
         .iter()
         .map(|c| c.name().to_string())
         .collect();
-    let row: Row = rows.single_row()?;
-    let col = |name: &str| {
-        names
-            .iter()
-            .position(|n| n == name)
-            .and_then(|i| row.columns.get(i).cloned().flatten())
-    };
-    if let Some(CqlValue::Boolean(true)) = col("[applied]") {
-        return Ok(Applied::Yes);
+    let at = |name: &str| names.iter().position(|n| n == name);
+    let (applied, item, count, last) = (
+        at("[applied]"),
+        at("item_id"),
+        at("count"),
+        at("last_window"),
+    );
+    let mut current = HashMap::new();
+    for row in rows.rows::<Row>()? {
+        let row = row?;
+        let col = |i: Option<usize>| i.and_then(|i| row.columns.get(i).cloned().flatten());
+        if let Some(CqlValue::Boolean(true)) = col(applied) {
+            return Ok(None);
+        }
+        if let (Some(CqlValue::Text(i)), Some(CqlValue::BigInt(c)), Some(CqlValue::BigInt(w))) =
+            (col(item), col(count), col(last))
+        {
+            current.insert(i, (c, w));
+        }
     }
-    match (col("count"), col("last_window")) {
-        (Some(CqlValue::BigInt(c)), Some(CqlValue::BigInt(w))) => Ok(Applied::No(Some((c, w)))),
-        _ => Ok(Applied::No(None)),
-    }
+    Ok(Some(current))
 }

@@ -79,13 +79,14 @@ pub const TABLES: &[TableSpec] = &[
     TableSpec {
         name: "like_counts",
         columns: &[
+            ("shard", "int"),
             ("item_id", "text"),
             ("count", "bigint"),
             ("last_window", "bigint"),
             ("as_of", "timestamp"),
         ],
-        partition_key: &["item_id"],
-        clustering: &[],
+        partition_key: &["shard"],
+        clustering: &["item_id"],
         options: "",
         purpose: "public counts; written only through the LWT fence",
     },

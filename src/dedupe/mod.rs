@@ -164,6 +164,7 @@ impl Dedupe {
             .min(Duration::from_millis(100));
         let mut batch = Batch::default();
         let mut pending_msgs = Vec::new();
+        let mut phase = Phases::start();
         if let Some(first) = self.consumer.poll(wait) {
             pending_msgs.push(first?.detach());
             while pending_msgs.len() < self.settings.dedupe.max_batch {
@@ -173,6 +174,7 @@ impl Dedupe {
                 }
             }
         }
+        phase.lap("poll");
         self.handle_rebalance()?;
         // Records fetched before a revoke that happened during this poll belong to the new
         // owner, which reads them from the committed offset.
@@ -186,6 +188,7 @@ impl Dedupe {
         if batch.offsets.is_empty() && !tick_due {
             return Ok(());
         }
+        phase.lap("process");
         match self.commit(&batch, tick_due) {
             Ok(()) => {}
             Err(e) if e.is_retryable() || is_abortable(&e) => {
@@ -207,11 +210,16 @@ impl Dedupe {
         }
         if tick_due {
             self.last_tick = Instant::now();
+            for (kind, bytes) in self.store.memory() {
+                metrics::gauge!(m::STATE_MEMORY, "kind" => kind).set(bytes as f64);
+            }
         }
+        phase.lap("commit");
         self.store.commit(
             batch.edges.iter().map(|(k, (v, _))| (k.as_slice(), v)),
             batch.offsets.iter().map(|(&p, &(_, next))| (p, next)),
         )?;
+        phase.lap("state");
         fail::fail_point!("dedupe-after-state-write");
         self.producer.poll(Duration::ZERO);
         self.stats.transactions += 1;
@@ -391,6 +399,21 @@ impl Dedupe {
             fail::fail_point!("dedupe-after-commit");
         }
         Ok(())
+    }
+}
+
+/// Times the phases of one loop turn into [`m::TURN_SECONDS`].
+struct Phases(Instant);
+
+impl Phases {
+    fn start() -> Self {
+        Phases(Instant::now())
+    }
+    fn lap(&mut self, phase: &'static str) {
+        let now = Instant::now();
+        metrics::histogram!(m::TURN_SECONDS, "phase" => phase)
+            .record(now.duration_since(self.0).as_secs_f64());
+        self.0 = now;
     }
 }
 
