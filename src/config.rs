@@ -52,6 +52,8 @@ pub struct MetricsSettings {
 pub struct CountSettings {
     pub max_in_flight: usize,
     pub max_batch: usize,
+    #[serde(with = "humantime_serde")]
+    pub flush_interval: Duration,
     pub batch_rows: usize,
     pub audit_log: String,
 }
@@ -169,6 +171,9 @@ impl Settings {
                 "dedupe.max_batch, count.max_batch, count.max_in_flight and count.batch_rows must be at least 1"
                     .into(),
             );
+        }
+        if self.count.flush_interval < Duration::from_millis(10) {
+            return bad("count.flush_interval must be at least 10ms".into());
         }
         if self.dedupe.transaction_timeout < Duration::from_secs(1) {
             return bad("dedupe.transaction_timeout must be at least 1s".into());

