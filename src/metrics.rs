@@ -36,6 +36,9 @@ pub const STALENESS_SECONDS: &str = "likes_count_staleness_seconds";
 pub const TURN_SECONDS: &str = "likes_dedupe_turn_seconds";
 /// Stage 1: RocksDB memory by kind (label `kind`: memtables, block_cache, table_readers).
 pub const STATE_MEMORY: &str = "likes_dedupe_state_memory_bytes";
+/// Stage 2: a Delta's log-append time minus its earliest event time, seconds: the part of
+/// staleness spent before stage 2 (API, relay, stage 1, its transaction).
+pub const INPUT_DELAY_SECONDS: &str = "likes_count_input_delay_seconds";
 /// Consumer lag in records, per stage (label `stage`).
 pub const CONSUMER_LAG: &str = "likes_consumer_lag_records";
 
@@ -43,12 +46,10 @@ pub const CONSUMER_LAG: &str = "likes_consumer_lag_records";
 pub fn install(addr: SocketAddr) -> Result<()> {
     PrometheusBuilder::new()
         .with_http_listener(addr)
-        .set_buckets_for_metric(
-            metrics_exporter_prometheus::Matcher::Full(STALENESS_SECONDS.into()),
-            &[
-                0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0,
-            ],
-        )
+        .set_buckets(&[
+            0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5,
+            2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 30.0,
+        ])
         .map_err(|e| Error::Config(format!("metrics: {e}")))?
         .install()
         .map_err(|e| Error::Config(format!("metrics on {addr}: {e}")))?;
@@ -79,6 +80,11 @@ fn describe() {
         STATE_MEMORY,
         Unit::Bytes,
         "stage-1 RocksDB memory by kind (memtables, block_cache, table_readers)"
+    );
+    describe_histogram!(
+        INPUT_DELAY_SECONDS,
+        Unit::Seconds,
+        "delta log-append time minus earliest event time (staleness before stage 2)"
     );
     describe_histogram!(
         TURN_SECONDS,

@@ -65,6 +65,9 @@ pub struct BenchReport {
     pub live_rate_events_per_s: f64,
     pub live_staleness_p50_s: f64,
     pub live_staleness_p99_s: f64,
+    /// The part before stage 2: delta log-append time minus event time.
+    pub live_input_delay_p50_s: f64,
+    pub live_input_delay_p99_s: f64,
     pub dedupe_peak_rss_mb: f64,
     /// Stage 1's RocksDB memory at the end: memtables, block cache, table readers (MB).
     pub dedupe_state_memory_mb: [f64; 3],
@@ -240,9 +243,9 @@ fn scrape(port: u16) -> HashMap<String, f64> {
     out
 }
 
-/// Cumulative bucket counts of the staleness histogram, by upper bound.
-fn staleness_buckets(metrics: &HashMap<String, f64>) -> Vec<(f64, f64)> {
-    let prefix = format!("{}_bucket{{le=\"", m::STALENESS_SECONDS);
+/// Cumulative bucket counts of histogram `name`, by upper bound.
+fn buckets(metrics: &HashMap<String, f64>, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
     let mut v: Vec<(f64, f64)> = metrics
         .iter()
         .filter_map(|(k, &c)| {
@@ -502,7 +505,7 @@ pub async fn topology(
     );
 
     // 4. Live: half the drained rate, open loop.
-    let before = staleness_buckets(&scrape(count.port));
+    let before = scrape(count.port);
     let rate = (report.topology_events_per_s / 2.0).max(1.0);
     report.live_rate_events_per_s = rate;
     let live_events = (rate * args.live_seconds as f64) as u64;
@@ -526,9 +529,13 @@ pub async fn topology(
     )
     .await?;
     let after = scrape(count.port);
-    let live = diff(&staleness_buckets(&after), &before);
-    report.live_staleness_p50_s = quantile(&live, 0.5);
-    report.live_staleness_p99_s = quantile(&live, 0.99);
+    let live = |name: &str| diff(&buckets(&after, name), &buckets(&before, name));
+    let staleness = live(m::STALENESS_SECONDS);
+    report.live_staleness_p50_s = quantile(&staleness, 0.5);
+    report.live_staleness_p99_s = quantile(&staleness, 0.99);
+    let input = live(m::INPUT_DELAY_SECONDS);
+    report.live_input_delay_p50_s = quantile(&input, 0.5);
+    report.live_input_delay_p99_s = quantile(&input, 0.99);
     report.windows_applied = after.get(m::WINDOWS_APPLIED).copied().unwrap_or(0.0);
     report.lwts = after.get(m::SINK_LWTS).copied().unwrap_or(0.0);
     report.lwts_per_applied_window = report.lwts / report.windows_applied.max(1.0);
@@ -650,6 +657,11 @@ impl std::fmt::Display for BenchReport {
             f,
             "| live staleness p50 / p99 at {:.0} events/s | {:.3} s / {:.3} s |",
             self.live_rate_events_per_s, self.live_staleness_p50_s, self.live_staleness_p99_s
+        )?;
+        writeln!(
+            f,
+            "| of which before stage 2 (delta log time - event time) p50 / p99 | {:.3} s / {:.3} s |",
+            self.live_input_delay_p50_s, self.live_input_delay_p99_s
         )?;
         writeln!(
             f,

@@ -187,12 +187,16 @@ impl Count {
                 DeltaRecord::decode(v).map_err(|e| format!("undecodable DeltaRecord: {e}"))
             });
         match decoded.map(|r| r.record) {
-            Ok(Some(Record::Delta(d))) => self.windows.observe(
-                p,
-                msg.offset(),
-                ts,
-                Some((&d.item_id, d.delta, d.event_time_ms)),
-            ),
+            Ok(Some(Record::Delta(d))) => {
+                metrics::histogram!(m::INPUT_DELAY_SECONDS)
+                    .record((ts - d.event_time_ms).max(0) as f64 / 1000.0);
+                self.windows.observe(
+                    p,
+                    msg.offset(),
+                    ts,
+                    Some((&d.item_id, d.delta, d.event_time_ms)),
+                )
+            }
             // A correction's staleness counts from when it entered the log, not from its
             // snapshot, which may be hours old by design.
             Ok(Some(Record::Correction(c))) => {

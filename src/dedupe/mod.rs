@@ -101,6 +101,11 @@ impl Dedupe {
                 })?;
         let producer: BaseProducer = kafka::producer_config(&settings.kafka)
             .set("transactional.id", format!("{group}-{instance}"))
+            // Right after a commit the coordinator answers the next transaction's offset
+            // commit with CONCURRENT_TRANSACTIONS until the markers are written (a few ms);
+            // at the default 100 ms backoff that retry was most of every commit's latency.
+            .set("retry.backoff.ms", "5")
+            .set("retry.backoff.max.ms", "10")
             .set(
                 "transaction.timeout.ms",
                 settings.dedupe.transaction_timeout.as_millis().to_string(),
@@ -314,6 +319,7 @@ impl Dedupe {
 
     fn commit(&mut self, batch: &Batch, tick: bool) -> Result<()> {
         let timeout = self.settings.kafka.request_timeout;
+        let mut t = Phases::start();
         self.producer.begin_transaction()?;
         for d in &batch.dead {
             let r = kafka::dead_letter(
@@ -376,6 +382,7 @@ impl Dedupe {
                 )?;
             }
         }
+        t.lap("commit_send");
         if !batch.offsets.is_empty() {
             let mut tpl = TopicPartitionList::new();
             for (&p, &(_, next)) in &batch.offsets {
@@ -394,7 +401,9 @@ impl Dedupe {
                 "dedupe-before-commit"
             )));
         }
+        t.lap("commit_offsets");
         self.producer.commit_transaction(timeout)?;
+        t.lap("commit_end");
         if !batch.offsets.is_empty() {
             fail::fail_point!("dedupe-after-commit");
         }
