@@ -39,6 +39,8 @@ pub const STATE_MEMORY: &str = "likes_dedupe_state_memory_bytes";
 /// Stage 2: a Delta's log-append time minus its earliest event time, seconds: the part of
 /// staleness spent before stage 2 (API, relay, stage 1, its transaction).
 pub const INPUT_DELAY_SECONDS: &str = "likes_count_input_delay_seconds";
+/// Stage 1: wall clock at processing minus event time, seconds: how late events reach it.
+pub const EVENT_DELAY_SECONDS: &str = "likes_dedupe_event_delay_seconds";
 /// Consumer lag in records, per stage (label `stage`).
 pub const CONSUMER_LAG: &str = "likes_consumer_lag_records";
 
@@ -85,6 +87,11 @@ fn describe() {
         INPUT_DELAY_SECONDS,
         Unit::Seconds,
         "delta log-append time minus earliest event time (staleness before stage 2)"
+    );
+    describe_histogram!(
+        EVENT_DELAY_SECONDS,
+        Unit::Seconds,
+        "stage-1 processing time minus event time"
     );
     describe_histogram!(
         TURN_SECONDS,

@@ -293,6 +293,8 @@ impl Dedupe {
                 return Ok(());
             }
         };
+        metrics::histogram!(m::EVENT_DELAY_SECONDS)
+            .record((now - valid.flip.event_time_ms).max(0) as f64 / 1000.0);
         let key = edge_key(&valid.event.item_id, &valid.event.user_id);
         let remembered = match batch.edges.get(&key) {
             Some((v, _)) => Some(*v),
