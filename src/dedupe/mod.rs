@@ -298,7 +298,7 @@ impl Dedupe {
         let key = edge_key(&valid.event.item_id, &valid.event.user_id);
         let remembered = match batch.edges.get(&key) {
             Some((v, _)) => Some(*v),
-            None => self.store.get(&key)?,
+            None => self.store.get(&key, now)?,
         };
         match rule::apply(remembered, valid.flip, now, horizon) {
             Verdict::Drop => {
