@@ -126,7 +126,9 @@ impl Topology {
             ));
         }
         let deltas = self.topics.deltas.partitions.max(1) as u32;
-        if !(1..=65_536).contains(&self.counter_shards) || self.counter_shards % deltas != 0 {
+        if !(1..=65_536).contains(&self.counter_shards)
+            || !self.counter_shards.is_multiple_of(deltas)
+        {
             return Err(format!(
                 "counter_shards = {} must be in 1..=65536 and a multiple of topics.deltas.partitions = {deltas}, so each shard has one writer",
                 self.counter_shards
@@ -205,6 +207,34 @@ mod tests {
         assert_eq!(t.topics.events.name, "likes.events");
     }
 
+    #[test]
+    fn a_counter_shard_has_one_writer() {
+        let t = Topology::load(None).unwrap();
+        let partitions = t.topics.deltas.partitions as u32;
+        for i in 0..1000 {
+            let item = format!("item-{i}");
+            let partition = crate::hash::partition_for(item.as_bytes(), partitions) as i32;
+            assert_eq!(
+                t.counter_shard(&item) % partitions as i32,
+                partition,
+                "{item}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bench_window_keeps_the_tick_inside_it() {
+        let t = Topology::load(None)
+            .unwrap()
+            .with_window(Duration::from_millis(150))
+            .unwrap();
+        assert!(t.tick_interval < t.window);
+        assert!(Topology::load(None)
+            .unwrap()
+            .with_window(Duration::from_millis(10))
+            .is_err());
+    }
+
     fn edited(from: &str, to: &str) -> Result<Topology> {
         assert!(EMBEDDED.contains(from), "fixture drifted: {from}");
         Topology::parse(&EMBEDDED.replacen(from, to, 1), "test")
@@ -228,6 +258,11 @@ mod tests {
                 "name = \"likes.dlq\"",
                 "name = \"likes.events\"",
                 "used twice",
+            ),
+            (
+                "counter_shards = 256",
+                "counter_shards = 260",
+                "multiple of topics.deltas.partitions",
             ),
             (
                 "name = \"likes.dlq\"",
