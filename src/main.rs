@@ -79,7 +79,7 @@ enum BenchCommand {
         /// Share of events that go to the viral item.
         #[arg(long, default_value_t = 0.3)]
         viral_share: f64,
-        /// Length of the live phase at half the drained rate.
+        /// Seconds of the measured live phase at half the drained rate (after a 5 s warm-up).
         #[arg(long, default_value_t = 20)]
         live_seconds: u64,
         #[arg(long, default_value_t = 42)]

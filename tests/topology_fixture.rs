@@ -1,7 +1,9 @@
 //! Whole-topology fixtures on the real stack: a scripted stream with duplicates, reorders
 //! within an edge, superseded flips, likes and unlikes goes in; counts equal to the ground
 //! truth of the final edge states come out. Then the state dir is wiped, both groups are
-//! reset to earliest and the stages re-run: counts do not move. A corrupt record lands on
+//! reset to earliest and the stages re-run: counts do not move; the same after a reset to a
+//! time in the middle of the deltas log, and a reset that would skip unread records is
+//! refused. A corrupt record lands on
 //! the dead-letter topic and the stage keeps going.
 
 mod common;
@@ -69,6 +71,11 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     assert!(String::from_utf8_lossy(error.value.unwrap()).contains("undecodable"));
 
     // Corrections (reconciliation's output) go through the fence as deltas of their window.
+    // Everything on the deltas log before this moment has been applied: the --to-time
+    // replay below starts here.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before_corrections = likes::dedupe::state::now_ms();
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let producer: rdkafka::producer::FutureProducer =
         kafka::producer_config(&settings.kafka).create().unwrap();
     let deltas = settings.topic(&topology.topics.deltas.name);
@@ -144,5 +151,46 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         "dedupe re-read the whole log"
     );
     eprintln!("replay: {d2:?} {c2:?}");
+
+    // Replay to a time: the count group goes back to the corrections (a mid-log reset that
+    // re-offers already applied windows), the dedupe group to the end of its input (every
+    // event is older). A time past what a group has read is refused: it would skip records.
+    let (ok, _, err) = common::likes(
+        &[
+            "replay",
+            "--group",
+            &groups[1],
+            "--to-time",
+            &(likes::dedupe::state::now_ms() + 3_600_000).to_string(),
+        ],
+        &env,
+    );
+    assert!(
+        !ok && err.contains("refusing to move group"),
+        "a reset past the open window's records must be refused: {err}"
+    );
+    let to = before_corrections.to_string();
+    for g in &groups {
+        let (ok, out, err) = common::likes(&["replay", "--group", g, "--to-time", &to], &env);
+        assert!(ok, "replay {g} --to-time {to}: {err}");
+        eprintln!("{out}");
+    }
+    let run = fx::start(&settings, &topology);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (d3, c3) = run.stop().await;
+    assert_eq!(
+        fx::nonzero(&fx::counts(&settings).await),
+        want,
+        "a replay to a time must not move counts"
+    );
+    assert_eq!(c3.windows_applied, 0, "{c3:?}");
+    assert!(
+        c3.fence_skips >= 2,
+        "the corrections' windows were re-offered and fenced: {c3:?}"
+    );
+    assert_eq!(
+        d3.events, 0,
+        "no event is newer than the reset time: {d3:?}"
+    );
     fx::teardown(&settings, &topology).await;
 }

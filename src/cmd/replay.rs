@@ -100,6 +100,7 @@ pub fn run(
         };
         offsets.push((p, offset));
     }
+    refuse_skips(&consumer, group, &topic, &offsets, timeout)?;
 
     let mut tpl = TopicPartitionList::new();
     for &(p, o) in &offsets {
@@ -140,6 +141,41 @@ pub fn run(
         topic,
         offsets,
     })
+}
+
+/// A replay only moves a group back. Moving it past its committed offset would skip records
+/// the stage never read: likes that would never be counted.
+fn refuse_skips(
+    consumer: &BaseConsumer,
+    group: &str,
+    topic: &str,
+    offsets: &[(i32, i64)],
+    timeout: Duration,
+) -> Result<()> {
+    let mut tpl = TopicPartitionList::new();
+    for &(p, _) in offsets {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer.committed_offsets(tpl, timeout)?;
+    let skips: Vec<String> = offsets
+        .iter()
+        .filter_map(|&(p, to)| {
+            let at = match committed.find_partition(topic, p)?.offset() {
+                Offset::Offset(o) => o,
+                // Never committed: the stage starts from the earliest record.
+                _ => 0,
+            };
+            (to > at).then(|| format!("{topic}/{p}: {} records ({at}..{to})", to - at))
+        })
+        .collect();
+    if skips.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "refusing to move group {group} forward past records it has not read; a replay only \
+         moves back (pick an earlier --to-time). Would skip: {}",
+        skips.join(", ")
+    )))
 }
 
 /// Parses `--to-time`: Unix milliseconds or RFC 3339 (`2026-11-29T12:00:00Z`).
