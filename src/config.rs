@@ -23,8 +23,22 @@ pub struct Settings {
     pub dedupe: DedupeSettings,
     pub count: CountSettings,
     pub metrics: MetricsSettings,
+    pub api: ApiSettings,
     pub topology: TopologySettings,
     pub log: LogSettings,
+}
+
+/// The HTTP API (`likes api`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSettings {
+    /// host:port to serve on.
+    pub listen: String,
+    /// HMAC-SHA256 key of session tokens; `likes api` refuses to start without one.
+    pub session_key: String,
+    /// A claimed request key whose request never finished may be taken over after this.
+    #[serde(with = "humantime_serde")]
+    pub claim_takeover: Duration,
 }
 
 /// Stage 1 (`likes dedupe`).

@@ -15,6 +15,7 @@
 //! - [`metrics`]: every exported metric, named in one place.
 //! - [`cmd`]: one module per subcommand.
 
+pub mod api;
 pub mod cmd;
 pub mod config;
 pub mod count;

@@ -47,6 +47,18 @@ enum Command {
     Count,
     /// Both stages in one process, for development (runs until SIGTERM).
     Topology,
+    /// The HTTP API on api.listen (runs until SIGTERM); needs api.session_key.
+    Api,
+    /// Print a session token for a user, signed with api.session_key (for development and
+    /// tests; production tokens come from the identity service).
+    Token {
+        /// The user the token acts for.
+        #[arg(long)]
+        user: String,
+        /// How long the token is valid, e.g. 1h.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+    },
     /// Benchmarks (run on their own topics and keyspace; see README "Performance").
     Bench {
         #[command(subcommand)]
@@ -131,6 +143,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Dedupe => cmd::stages::run_dedupe(&settings, &topology).await?,
             Command::Count => cmd::stages::run_count(&settings, &topology).await?,
             Command::Topology => cmd::stages::run_topology(&settings, &topology).await?,
+            Command::Api => cmd::stages::run_api(&settings, &topology).await?,
+            Command::Token { user, ttl } => {
+                if settings.api.session_key.len() < 32 {
+                    anyhow::bail!(
+                        "api.session_key must be at least 32 bytes (set LIKES__API__SESSION_KEY)"
+                    );
+                }
+                if !likes::api::valid_id(&user) {
+                    anyhow::bail!("--user must be 1-128 characters of A-Z a-z 0-9 _ - :");
+                }
+                let expires = likes::dedupe::state::now_ms() / 1000 + ttl.as_secs() as i64;
+                let signer = likes::api::auth::Signer::new(settings.api.session_key.as_bytes());
+                out(&signer.sign(&user, expires));
+            }
             Command::Replay {
                 group,
                 to_earliest: _,

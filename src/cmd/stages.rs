@@ -15,21 +15,32 @@ use crate::error::{Error, Result};
 use crate::topology::Topology;
 use crate::{count, dedupe, metrics};
 
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    info!("signal received: finishing what is in flight");
+}
+
 /// Sets the returned flag on SIGINT or SIGTERM.
 fn stop_on_signal() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("install SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        info!("signal received: finishing the current batch");
+        shutdown_signal().await;
         flag.store(true, Ordering::Relaxed);
     });
     stop
+}
+
+/// `likes api`: serves HTTP (and /metrics when `metrics.listen` is set) until a signal.
+pub async fn run_api(settings: &Settings, topology: &Topology) -> Result<()> {
+    start_metrics(settings)?;
+    crate::api::serve(settings, topology).await
 }
 
 fn start_metrics(settings: &Settings) -> Result<()> {

@@ -1,0 +1,77 @@
+//! API errors: every refusal is `{error, message}` JSON with the status that says who must act.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+use tracing::warn;
+
+#[derive(Debug)]
+pub enum ApiError {
+    /// 400: the request itself is wrong (ids, headers, body).
+    BadRequest(String),
+    /// 401: no valid session.
+    Unauthenticated(String),
+    /// 403: a valid session acting for someone else.
+    Forbidden(String),
+    /// 404: no such endpoint.
+    NotFound(String),
+    /// 413: the body is over the limit.
+    TooLarge(String),
+    /// 409: the same request key is being processed right now; retry shortly.
+    InProgress,
+    /// 422: a request key reused for a different request.
+    KeyReused,
+    /// 503: a dependency failed; retry later.
+    Unavailable(String),
+}
+
+impl ApiError {
+    fn parts(&self) -> (StatusCode, &'static str, String) {
+        match self {
+            ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, "bad_request", m.clone()),
+            ApiError::Unauthenticated(m) => {
+                (StatusCode::UNAUTHORIZED, "unauthenticated", m.clone())
+            }
+            ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, "forbidden", m.clone()),
+            ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m.clone()),
+            ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", m.clone()),
+            ApiError::InProgress => (
+                StatusCode::CONFLICT,
+                "request_in_progress",
+                "a request with this Idempotency-Key is still being processed; retry it".into(),
+            ),
+            ApiError::KeyReused => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "this Idempotency-Key was used for a different request".into(),
+            ),
+            ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m.clone()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, error, message) = self.parts();
+        let mut r = (status, Json(json!({ "error": error, "message": message }))).into_response();
+        if matches!(self, ApiError::InProgress | ApiError::Unavailable(_)) {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        r
+    }
+}
+
+impl From<crate::error::Error> for ApiError {
+    fn from(e: crate::error::Error) -> Self {
+        warn!(error = %e, "request failed on a dependency");
+        ApiError::Unavailable(format!("a dependency failed: {e}"))
+    }
+}
+
+impl From<scylla::errors::ExecutionError> for ApiError {
+    fn from(e: scylla::errors::ExecutionError) -> Self {
+        crate::error::Error::from(e).into()
+    }
+}

@@ -1,0 +1,185 @@
+//! `likes api`: the HTTP front door (axum). Writes go through the three layers of
+//! idempotency of DESIGN.md and publish a LikeEvent; reads serve counts and button states.
+//!
+//! - [`write`]: like / unlike: request-key claim, outbox, the edge's compare-and-set flip,
+//!   the event, the stored answer.
+//! - [`read`]: the public count `{count, asOf}` and the actor's own button state.
+//! - [`auth`]: signed session tokens; the acting user never comes from the request body.
+
+pub mod auth;
+pub mod error;
+pub mod read;
+pub mod write;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use rdkafka::producer::FutureProducer;
+use scylla::client::session::Session;
+use serde_json::json;
+use tracing::info;
+
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::topology::Topology;
+use crate::{cql, kafka};
+use error::ApiError;
+
+/// Largest request body accepted (the write bodies are empty or `{}`).
+const BODY_LIMIT: usize = 4 * 1024;
+
+/// What every handler shares.
+pub struct App {
+    pub settings: Settings,
+    pub topology: Topology,
+    pub session: Arc<Session>,
+    pub producer: FutureProducer,
+    pub signer: auth::Signer,
+    pub stmts: write::Statements,
+    pub events_topic: String,
+}
+
+impl App {
+    /// Connects to CQL and Kafka and prepares the statements.
+    pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Arc<Self>> {
+        if settings.api.session_key.len() < 32 {
+            return Err(Error::Config(
+                "api.session_key must be at least 32 bytes (set LIKES__API__SESSION_KEY)".into(),
+            ));
+        }
+        let session = cql::connect(&settings.cql).await?;
+        let stmts = write::Statements::prepare(&session, &settings.cql.keyspace).await?;
+        let producer: FutureProducer = kafka::producer_config(&settings.kafka).create()?;
+        Ok(Arc::new(Self {
+            settings: settings.clone(),
+            topology: topology.clone(),
+            session,
+            producer,
+            signer: auth::Signer::new(settings.api.session_key.as_bytes()),
+            stmts,
+            events_topic: settings.topic(&topology.topics.events.name),
+        }))
+    }
+}
+
+/// Every route.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/items/{item_id}/likes", post(write::like))
+        .route(
+            "/v1/items/{item_id}/likes/{user_id}",
+            get(read::liked).delete(write::unlike),
+        )
+        .route("/v1/items/{item_id}/count", get(read::count))
+        .route(
+            "/healthz",
+            get(|| async { Json(json!({ "status": "ok" })) }),
+        )
+        .route("/readyz", get(ready))
+        .fallback(|| async { ApiError::NotFound("no such endpoint (see the API document)".into()) })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(app)
+}
+
+/// Serves until SIGTERM or Ctrl-C.
+pub async fn serve(settings: &Settings, topology: &Topology) -> Result<()> {
+    let app = App::connect(settings, topology).await?;
+    let listener = tokio::net::TcpListener::bind(&settings.api.listen)
+        .await
+        .map_err(|e| Error::Config(format!("api.listen {}: {e}", settings.api.listen)))?;
+    info!(listen = %settings.api.listen, "api serving");
+    axum::serve(listener, router(app))
+        .with_graceful_shutdown(crate::cmd::stages::shutdown_signal())
+        .await
+        .map_err(|e| Error::State(format!("api: {e}")))
+}
+
+/// Ready only when CQL and Kafka both answer.
+async fn ready(
+    State(app): State<Arc<App>>,
+) -> std::result::Result<Json<serde_json::Value>, ApiError> {
+    app.session
+        .query_unpaged("SELECT release_version FROM system.local", ())
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("CQL: {e}")))?;
+    let producer = app.producer.clone();
+    let topic = app.events_topic.clone();
+    tokio::task::spawn_blocking(move || {
+        use rdkafka::producer::Producer;
+        producer
+            .client()
+            .fetch_metadata(Some(&topic), Duration::from_secs(2))
+    })
+    .await
+    .map_err(|e| ApiError::Unavailable(format!("Kafka: {e}")))?
+    .map_err(|e| ApiError::Unavailable(format!("Kafka: {e}")))?;
+    Ok(Json(json!({ "status": "ready" })))
+}
+
+/// The acting user, from `Authorization: Bearer <session token>`.
+pub struct Actor(pub String);
+
+impl FromRequestParts<Arc<App>> for Actor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        app: &Arc<App>,
+    ) -> std::result::Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .ok_or_else(|| {
+                ApiError::Unauthenticated("missing Authorization: Bearer <session token>".into())
+            })?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .ok_or_else(|| {
+                ApiError::Unauthenticated("Authorization must be Bearer <session token>".into())
+            })?;
+        let now_s = crate::dedupe::state::now_ms() / 1000;
+        app.signer
+            .verify(token.trim(), now_s)
+            .map(Actor)
+            .map_err(|r| ApiError::Unauthenticated(r.to_string()))
+    }
+}
+
+/// Item and user ids: 1-128 of `[A-Za-z0-9_-:]`. `#` and `.` stay out: `#` separates the
+/// bucket in event keys and `.` the fields of session tokens.
+pub fn valid_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b':'))
+}
+
+/// Checks a path id, naming it in the error.
+pub fn check_id(what: &str, id: &str) -> std::result::Result<(), ApiError> {
+    if valid_id(id) {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "{what} must be 1-128 characters of A-Z a-z 0-9 _ - :"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ids() {
+        assert!(super::valid_id("item-42"));
+        assert!(super::valid_id("u:7_x"));
+        assert!(!super::valid_id(""));
+        assert!(!super::valid_id("a#1"));
+        assert!(!super::valid_id("a.b"));
+        assert!(!super::valid_id(&"x".repeat(129)));
+    }
+}

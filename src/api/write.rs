@@ -1,0 +1,439 @@
+//! Like and unlike: DESIGN.md's three layers of write idempotency and its outbox.
+//!
+//! 1. The request key: `INSERT ... IF NOT EXISTS` on `idempotency` claims it before anything
+//!    happens. A replayed key returns its stored answer and touches nothing (so a like whose
+//!    answer was lost, retried after an unlike, cannot re-like); the same key with another
+//!    request is a 422.
+//! 2. The conditional write: the edge flips only if its state differs, by compare-and-set on
+//!    the op_id just read; a real flip bumps op_id by one, a no-op writes nothing and emits
+//!    nothing.
+//! 3. The row: one row per (item, user).
+//!
+//! Before the flip an outbox entry is written; after the event is published it is deleted.
+//! A crash in between leaves the entry, and `likes relay` publishes the edge's current state.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use prost::Message as _;
+use rdkafka::producer::FutureRecord;
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::statement::SerialConsistency;
+use scylla::value::{CqlTimestamp, CqlValue, Row};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::error::ApiError;
+use super::{check_id, Actor, App};
+use crate::dedupe::state::now_ms;
+use crate::error::{Error, Result};
+use crate::hash;
+use crate::schema::v1::{EdgeState, LikeEvent, Source};
+
+/// Outbox partitions; the relay walks each.
+pub const OUTBOX_SHARDS: u32 = 16;
+
+/// The answer of a write, stored under its request key and replayed verbatim.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteAnswer {
+    pub item_id: String,
+    pub user_id: String,
+    pub liked: bool,
+    /// Whether this request flipped the edge (false: it already was in that state).
+    pub changed: bool,
+    pub op_id: i64,
+}
+
+pub struct Statements {
+    claim: PreparedStatement,
+    answer: PreparedStatement,
+    by_user: PreparedStatement,
+    outbox_put: PreparedStatement,
+    outbox_del: PreparedStatement,
+    edge_read: PreparedStatement,
+    edge_insert: PreparedStatement,
+    edge_update: PreparedStatement,
+}
+
+impl Statements {
+    pub async fn prepare(session: &Session, ks: &str) -> Result<Self> {
+        let p = |q: String| async move {
+            session
+                .prepare(q.clone())
+                .await
+                .map_err(|e| Error::Schema(format!("prepare {q}: {e}")))
+        };
+        let mut edge_read = p(format!(
+            "SELECT state, op_id, updated_at FROM {ks}.edges \
+             WHERE item_id = ? AND bucket = ? AND user_id = ?"
+        ))
+        .await?;
+        // The actor's own reads and the read before a flip see every committed LWT.
+        edge_read.set_consistency(scylla::statement::Consistency::Serial);
+        let mut s = Self {
+            claim: p(format!(
+                "INSERT INTO {ks}.idempotency (user_id, key, fingerprint, status, created_at) \
+                 VALUES (?, ?, ?, 0, ?) IF NOT EXISTS"
+            ))
+            .await?,
+            answer: p(format!(
+                "UPDATE {ks}.idempotency SET status = ?, response = ? \
+                 WHERE user_id = ? AND key = ? IF fingerprint = ?"
+            ))
+            .await?,
+            by_user: p(format!(
+                "INSERT INTO {ks}.edges_by_user (user_id, item_id, created_at) VALUES (?, ?, ?)"
+            ))
+            .await?,
+            outbox_put: p(format!(
+                "INSERT INTO {ks}.outbox (shard, item_id, user_id, created_at) VALUES (?, ?, ?, ?)"
+            ))
+            .await?,
+            outbox_del: p(format!(
+                "DELETE FROM {ks}.outbox WHERE shard = ? AND item_id = ? AND user_id = ?"
+            ))
+            .await?,
+            edge_read,
+            edge_insert: p(format!(
+                "INSERT INTO {ks}.edges (item_id, bucket, user_id, state, op_id, updated_at, epoch) \
+                 VALUES (?, ?, ?, ?, 1, ?, 0) IF NOT EXISTS"
+            ))
+            .await?,
+            edge_update: p(format!(
+                "UPDATE {ks}.edges SET state = ?, op_id = ?, updated_at = ? \
+                 WHERE item_id = ? AND bucket = ? AND user_id = ? IF op_id = ?"
+            ))
+            .await?,
+        };
+        for st in [
+            &mut s.claim,
+            &mut s.answer,
+            &mut s.edge_insert,
+            &mut s.edge_update,
+        ] {
+            st.set_serial_consistency(Some(SerialConsistency::Serial));
+        }
+        Ok(s)
+    }
+}
+
+/// An edge as stored: (liked, op_id, updated_at ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edge {
+    pub liked: bool,
+    pub op_id: i64,
+    pub updated_at_ms: i64,
+}
+
+/// `POST /v1/items/{itemId}/likes`: the session's user likes the item.
+pub async fn like(
+    State(app): State<Arc<App>>,
+    Actor(user): Actor,
+    Path(item): Path<String>,
+    headers: HeaderMap,
+    body: std::result::Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> std::result::Result<Json<WriteAnswer>, ApiError> {
+    check_id("itemId", &item)?;
+    let body = body.map_err(|e| match e.status() {
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
+            "the body may be at most {} bytes (it is empty or {{}})",
+            super::BODY_LIMIT
+        )),
+        _ => ApiError::BadRequest(format!("unreadable body: {e}")),
+    })?;
+    empty_body(&body)?;
+    let key = request_key(&headers)?;
+    write(&app, &user, &item, true, &key).await.map(Json)
+}
+
+/// `DELETE /v1/items/{itemId}/likes/{userId}`: the session's user unlikes the item.
+pub async fn unlike(
+    State(app): State<Arc<App>>,
+    Actor(actor): Actor,
+    Path((item, user)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> std::result::Result<Json<WriteAnswer>, ApiError> {
+    check_id("itemId", &item)?;
+    check_id("userId", &user)?;
+    if user != actor {
+        return Err(ApiError::Forbidden(
+            "userId must be the session's user: nobody unlikes for someone else".into(),
+        ));
+    }
+    let key = request_key(&headers)?;
+    write(&app, &user, &item, false, &key).await.map(Json)
+}
+
+/// The write body is empty or `{}`; anything else is refused, not ignored.
+fn empty_body(body: &[u8]) -> std::result::Result<(), ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
+        Ok(m) if m.is_empty() => Ok(()),
+        Ok(m) => Err(ApiError::BadRequest(format!(
+            "unknown fields in the body: {}",
+            m.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))),
+        Err(e) => Err(ApiError::BadRequest(format!(
+            "the body is not a JSON object: {e}"
+        ))),
+    }
+}
+
+fn request_key(headers: &HeaderMap) -> std::result::Result<String, ApiError> {
+    let key = headers
+        .get("idempotency-key")
+        .ok_or_else(|| ApiError::BadRequest("missing Idempotency-Key header".into()))?
+        .to_str()
+        .map_err(|_| ApiError::BadRequest("Idempotency-Key must be visible ASCII".into()))?;
+    if !(1..=128).contains(&key.len()) || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError::BadRequest(
+            "Idempotency-Key must be 1-128 visible ASCII characters".into(),
+        ));
+    }
+    Ok(key.to_string())
+}
+
+fn fingerprint(item: &str, liked: bool) -> Vec<u8> {
+    let op = if liked { "like" } else { "unlike" };
+    Sha256::digest(format!("{op}\n{item}")).to_vec()
+}
+
+/// The whole write path of one request.
+pub async fn write(
+    app: &App,
+    user: &str,
+    item: &str,
+    liked: bool,
+    key: &str,
+) -> std::result::Result<WriteAnswer, ApiError> {
+    let s = &app.stmts;
+    let fp = fingerprint(item, liked);
+    let now = now_ms();
+    // Layer 1: the request key.
+    let claimed = app
+        .session
+        .execute_unpaged(&s.claim, (user, key, &fp, CqlTimestamp(now)))
+        .await?;
+    if let Some(existing) = not_applied(claimed)? {
+        let col = |n: &str| {
+            existing
+                .iter()
+                .find(|(k, _)| k == n)
+                .and_then(|(_, v)| v.clone())
+        };
+        if col("fingerprint") != Some(CqlValue::Blob(fp.clone())) {
+            return Err(ApiError::KeyReused);
+        }
+        if let (Some(CqlValue::Int(200)), Some(CqlValue::Text(stored))) =
+            (col("status"), col("response"))
+        {
+            return serde_json::from_str(&stored)
+                .map_err(|e| ApiError::Unavailable(format!("stored answer unreadable: {e}")));
+        }
+        // Claimed but unanswered: in flight, or its process died. Only the latter is taken over.
+        let claimed_at = match col("created_at") {
+            Some(CqlValue::Timestamp(t)) => t.0,
+            _ => 0,
+        };
+        if now - claimed_at < app.settings.api.claim_takeover.as_millis() as i64 {
+            return Err(ApiError::InProgress);
+        }
+    }
+
+    let bucket = hash::bucket_of(user, app.topology.buckets) as i32;
+    let shard = hash::partition_for(item.as_bytes(), OUTBOX_SHARDS) as i32;
+    if liked {
+        // Before the flip: the erasure walk may see an extra, never miss one.
+        app.session
+            .execute_unpaged(&s.by_user, (user, item, CqlTimestamp(now)))
+            .await?;
+    }
+    app.session
+        .execute_unpaged(&s.outbox_put, (shard, item, user, CqlTimestamp(now)))
+        .await?;
+
+    // Layer 2: the compare-and-set flip.
+    let (edge, flipped_from) = flip(&app.session, s, item, bucket, user, liked, now).await?;
+    if let Some(prev) = flipped_from {
+        fail::fail_point!("api-after-flip-before-produce", |_| Err(
+            ApiError::Unavailable("injected: after the flip, before the produce".into())
+        ));
+        publish(app, item, user, bucket, &edge, prev, Source::Api).await?;
+    }
+    app.session
+        .execute_unpaged(&s.outbox_del, (shard, item, user))
+        .await?;
+
+    let answer = WriteAnswer {
+        item_id: item.to_string(),
+        user_id: user.to_string(),
+        liked,
+        changed: flipped_from.is_some(),
+        op_id: edge.op_id,
+    };
+    let body = serde_json::to_string(&answer).expect("answers serialize");
+    app.session
+        .execute_unpaged(&s.answer, (200i32, body, user, key, &fp))
+        .await?;
+    Ok(answer)
+}
+
+/// Reads the edge and flips it to `liked` unless it already is. Returns the edge as it now
+/// is and, when this call flipped it, the edge's previous version (None: never existed).
+async fn flip(
+    session: &Session,
+    s: &Statements,
+    item: &str,
+    bucket: i32,
+    user: &str,
+    liked: bool,
+    now: i64,
+) -> std::result::Result<(Edge, Option<Option<Edge>>), ApiError> {
+    let state = if liked {
+        EdgeState::Liked
+    } else {
+        EdgeState::Unliked
+    } as i8;
+    for _attempt in 0..16 {
+        let current = read_edge(session, s, item, bucket, user).await?;
+        let already = match current {
+            Some(e) => e.liked == liked,
+            None => !liked,
+        };
+        if already {
+            let e = current.unwrap_or(Edge {
+                liked: false,
+                op_id: 0,
+                updated_at_ms: 0,
+            });
+            return Ok((e, None));
+        }
+        let result = match current {
+            None => {
+                session
+                    .execute_unpaged(
+                        &s.edge_insert,
+                        (item, bucket, user, state, CqlTimestamp(now)),
+                    )
+                    .await?
+            }
+            Some(e) => {
+                session
+                    .execute_unpaged(
+                        &s.edge_update,
+                        (
+                            state,
+                            e.op_id + 1,
+                            CqlTimestamp(now),
+                            item,
+                            bucket,
+                            user,
+                            e.op_id,
+                        ),
+                    )
+                    .await?
+            }
+        };
+        if not_applied(result)?.is_none() {
+            let op_id = current.map(|e| e.op_id).unwrap_or(0) + 1;
+            return Ok((
+                Edge {
+                    liked,
+                    op_id,
+                    updated_at_ms: now,
+                },
+                Some(current),
+            ));
+        }
+        // Someone else flipped it between our read and our write: read again.
+    }
+    Err(ApiError::Unavailable(
+        "the edge kept changing under this request; retry".into(),
+    ))
+}
+
+/// The edge at SERIAL consistency: every committed flip is visible.
+pub async fn read_edge(
+    session: &Session,
+    s: &Statements,
+    item: &str,
+    bucket: i32,
+    user: &str,
+) -> Result<Option<Edge>> {
+    let rows = session
+        .execute_unpaged(&s.edge_read, (item, bucket, user))
+        .await?
+        .into_rows_result()?;
+    let row = rows.maybe_first_row::<(Option<i8>, Option<i64>, Option<CqlTimestamp>)>()?;
+    Ok(row.map(|(state, op_id, at)| Edge {
+        liked: state == Some(EdgeState::Liked as i8),
+        op_id: op_id.unwrap_or(0),
+        updated_at_ms: at.map(|t| t.0).unwrap_or(0),
+    }))
+}
+
+/// Produces the LikeEvent of a flip (key `item#bucket`, idempotent producer) and waits for
+/// the broker's acknowledgement.
+pub async fn publish(
+    app: &App,
+    item: &str,
+    user: &str,
+    bucket: i32,
+    edge: &Edge,
+    previous: Option<Edge>,
+    source: Source,
+) -> std::result::Result<(), ApiError> {
+    let event = LikeEvent {
+        item_id: item.to_string(),
+        user_id: user.to_string(),
+        bucket: bucket as u32,
+        op_id: edge.op_id as u64,
+        state: if edge.liked {
+            EdgeState::Liked
+        } else {
+            EdgeState::Unliked
+        } as i32,
+        event_time_ms: edge.updated_at_ms,
+        epoch: 0,
+        source: source as i32,
+        prev_event_time_ms: previous.map(|p| p.updated_at_ms).unwrap_or(0),
+    };
+    let key = hash::event_key(item, bucket as u32);
+    let payload = event.encode_to_vec();
+    app.producer
+        .send(
+            FutureRecord::to(&app.events_topic)
+                .key(&key)
+                .payload(&payload),
+            app.settings.kafka.request_timeout,
+        )
+        .await
+        .map_err(|(e, _)| ApiError::Unavailable(format!("publishing the event: {e}")))?;
+    Ok(())
+}
+
+/// A row as (column name, value) pairs.
+type Columns = Vec<(String, Option<CqlValue>)>;
+
+/// None when a conditional statement applied; otherwise the row it returned, by column.
+fn not_applied(result: scylla::response::query_result::QueryResult) -> Result<Option<Columns>> {
+    let rows = result.into_rows_result()?;
+    let names: Vec<String> = rows
+        .column_specs()
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
+    let row: Row = rows.single_row()?;
+    let cols: Columns = names.into_iter().zip(row.columns).collect();
+    let applied = cols
+        .iter()
+        .any(|(n, v)| n == "[applied]" && *v == Some(CqlValue::Boolean(true)));
+    Ok(if applied { None } else { Some(cols) })
+}
