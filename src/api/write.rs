@@ -425,11 +425,7 @@ type Columns = Vec<(String, Option<CqlValue>)>;
 /// None when a conditional statement applied; otherwise the row it returned, by column.
 fn not_applied(result: scylla::response::query_result::QueryResult) -> Result<Option<Columns>> {
     let rows = result.into_rows_result()?;
-    let names: Vec<String> = rows
-        .column_specs()
-        .iter()
-        .map(|c| c.name().to_string())
-        .collect();
+    let names = crate::cql::column_names(&rows);
     let row: Row = rows.single_row()?;
     let cols: Columns = names.into_iter().zip(row.columns).collect();
     let applied = cols

@@ -345,11 +345,7 @@ fn batch_answer(
     result: scylla::response::query_result::QueryResult,
 ) -> Result<Option<HashMap<String, Row2>>> {
     let rows = result.into_rows_result()?;
-    let names: Vec<String> = rows
-        .column_specs()
-        .iter()
-        .map(|c| c.name().to_string())
-        .collect();
+    let names = crate::cql::column_names(&rows);
     let at = |name: &str| names.iter().position(|n| n == name);
     let (applied, item, count, last) = (
         at("[applied]"),

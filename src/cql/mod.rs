@@ -27,3 +27,12 @@ pub async fn connect(settings: &CqlSettings) -> Result<Arc<Session>> {
         .await?;
     Ok(Arc::new(session))
 }
+
+/// The column names of a result, in order (conditional writes answer with `[applied]` and
+/// the current values, whose columns differ by statement and database).
+pub fn column_names(rows: &scylla::response::query_result::QueryRowsResult) -> Vec<String> {
+    rows.column_specs()
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect()
+}
