@@ -39,6 +39,14 @@ pub struct ApiSettings {
     /// A claimed request key whose request never finished may be taken over after this.
     #[serde(with = "humantime_serde")]
     pub claim_takeover: Duration,
+    /// Run the relay inside `likes api` too.
+    pub relay: bool,
+    /// How often the relay walks the outbox.
+    #[serde(with = "humantime_serde")]
+    pub relay_interval: Duration,
+    /// Outbox entries younger than this belong to requests in flight; the relay leaves them.
+    #[serde(with = "humantime_serde")]
+    pub relay_min_age: Duration,
 }
 
 /// Stage 1 (`likes dedupe`).

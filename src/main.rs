@@ -49,6 +49,8 @@ enum Command {
     Topology,
     /// The HTTP API on api.listen (runs until SIGTERM); needs api.session_key.
     Api,
+    /// Publish the events of flips whose produce failed, from the outbox (until SIGTERM).
+    Relay,
     /// Print a session token for a user, signed with api.session_key (for development and
     /// tests; production tokens come from the identity service).
     Token {
@@ -144,6 +146,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Count => cmd::stages::run_count(&settings, &topology).await?,
             Command::Topology => cmd::stages::run_topology(&settings, &topology).await?,
             Command::Api => cmd::stages::run_api(&settings, &topology).await?,
+            Command::Relay => likes::api::relay_alone(&settings, &topology).await?,
             Command::Token { user, ttl } => {
                 if settings.api.session_key.len() < 32 {
                     anyhow::bail!(

@@ -4,118 +4,16 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use prost::Message as _;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::Message as _;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use common::api::{self, all_events, of};
 use common::topology as fx;
-use likes::api::{self, auth::Signer};
-use likes::schema::v1::LikeEvent;
-use likes::topology::Topology;
-
-const KEY: &str = "test-session-key-0123456789abcdef";
-
-struct Client {
-    http: reqwest::Client,
-    base: String,
-    signer: Signer,
-}
-
-impl Client {
-    fn token(&self, user: &str) -> String {
-        self.signer
-            .sign(user, likes::dedupe::state::now_ms() / 1000 + 600)
-    }
-
-    async fn like(&self, user: &str, item: &str, key: &str) -> (StatusCode, Value) {
-        let r = self
-            .http
-            .post(format!("{}/v1/items/{item}/likes", self.base))
-            .bearer_auth(self.token(user))
-            .header("Idempotency-Key", key)
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn unlike(&self, user: &str, item: &str, key: &str) -> (StatusCode, Value) {
-        let r = self
-            .http
-            .delete(format!("{}/v1/items/{item}/likes/{user}", self.base))
-            .bearer_auth(self.token(user))
-            .header("Idempotency-Key", key)
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn get(&self, user: &str, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(self.token(user))
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.json().await.unwrap_or(Value::Null))
-    }
-}
-
-/// Every LikeEvent on the events topic, as (item, user, op_id, liked).
-fn all_events(settings: &likes::config::Settings, topic: &str) -> Vec<(String, String, u64, bool)> {
-    let c: BaseConsumer = likes::kafka::client_config(&settings.kafka)
-        .set("group.id", common::unique("api-events"))
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    c.subscribe(&[topic]).unwrap();
-    let mut out = Vec::new();
-    let mut idle = std::time::Instant::now();
-    while idle.elapsed() < Duration::from_secs(5) {
-        if let Some(m) = c.poll(Duration::from_millis(200)) {
-            let m = m.unwrap();
-            let e = LikeEvent::decode(m.payload().unwrap()).unwrap();
-            let liked = e.state == likes::schema::v1::EdgeState::Liked as i32;
-            out.push((e.item_id, e.user_id, e.op_id, liked));
-            idle = std::time::Instant::now();
-        }
-    }
-    out.sort();
-    out
-}
-
-fn of(events: &[(String, String, u64, bool)], item: &str, user: &str) -> Vec<(u64, bool)> {
-    events
-        .iter()
-        .filter(|e| e.0 == item && e.1 == user)
-        .map(|e| (e.2, e.3))
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn write_path_idempotency_reads_and_bad_input() {
-    let mut settings = fx::settings("api");
-    settings.api.session_key = KEY.into();
-    let topology = Topology::load(None).unwrap();
-    fx::setup(&settings, &topology).await;
-    let app = api::App::connect(&settings, &topology).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let router = api::router(app.clone());
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    let client = Arc::new(Client {
-        http: reqwest::Client::new(),
-        base: base.clone(),
-        signer: Signer::new(KEY.as_bytes()),
-    });
+    let (settings, topology, _app, client) = api::serve("api").await;
+    let base = client.base.clone();
     let topic = settings.topic(&topology.topics.events.name);
 
     // Layer 3, the row, and 2, the conditional write: a double like is one flip.

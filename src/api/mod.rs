@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod error;
 pub mod read;
+pub mod relay;
 pub mod write;
 
 use std::sync::Arc;
@@ -88,14 +89,44 @@ pub fn router(app: Arc<App>) -> Router {
 /// Serves until SIGTERM or Ctrl-C.
 pub async fn serve(settings: &Settings, topology: &Topology) -> Result<()> {
     let app = App::connect(settings, topology).await?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if settings.api.relay {
+        tokio::spawn(relay::run(
+            app.clone(),
+            settings.api.relay_interval,
+            settings.api.relay_min_age,
+            stop.clone(),
+        ));
+    }
     let listener = tokio::net::TcpListener::bind(&settings.api.listen)
         .await
         .map_err(|e| Error::Config(format!("api.listen {}: {e}", settings.api.listen)))?;
     info!(listen = %settings.api.listen, "api serving");
-    axum::serve(listener, router(app))
+    let served = axum::serve(listener, router(app))
         .with_graceful_shutdown(crate::cmd::stages::shutdown_signal())
         .await
-        .map_err(|e| Error::State(format!("api: {e}")))
+        .map_err(|e| Error::State(format!("api: {e}")));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    served
+}
+
+/// `likes relay` on its own: passes until SIGTERM.
+pub async fn relay_alone(settings: &Settings, topology: &Topology) -> Result<()> {
+    let app = App::connect(settings, topology).await?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    tokio::spawn(async move {
+        crate::cmd::stages::shutdown_signal().await;
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    relay::run(
+        app,
+        settings.api.relay_interval,
+        settings.api.relay_min_age,
+        stop,
+    )
+    .await;
+    Ok(())
 }
 
 /// Ready only when CQL and Kafka both answer.

@@ -54,7 +54,8 @@ pub struct Statements {
     answer: PreparedStatement,
     by_user: PreparedStatement,
     outbox_put: PreparedStatement,
-    outbox_del: PreparedStatement,
+    pub(crate) outbox_del: PreparedStatement,
+    release: PreparedStatement,
     edge_read: PreparedStatement,
     edge_insert: PreparedStatement,
     edge_update: PreparedStatement,
@@ -69,7 +70,7 @@ impl Statements {
                 .map_err(|e| Error::Schema(format!("prepare {q}: {e}")))
         };
         let mut edge_read = p(format!(
-            "SELECT state, op_id, updated_at FROM {ks}.edges \
+            "SELECT state, op_id, updated_at, prev_at FROM {ks}.edges \
              WHERE item_id = ? AND bucket = ? AND user_id = ?"
         ))
         .await?;
@@ -91,11 +92,16 @@ impl Statements {
             ))
             .await?,
             outbox_put: p(format!(
-                "INSERT INTO {ks}.outbox (shard, item_id, user_id, created_at) VALUES (?, ?, ?, ?)"
+                "INSERT INTO {ks}.outbox (shard, item_id, user_id, entry, created_at) \
+                 VALUES (?, ?, ?, ?, ?)"
             ))
             .await?,
             outbox_del: p(format!(
-                "DELETE FROM {ks}.outbox WHERE shard = ? AND item_id = ? AND user_id = ?"
+                "DELETE FROM {ks}.outbox WHERE shard = ? AND item_id = ? AND user_id = ? AND entry = ?"
+            ))
+            .await?,
+            release: p(format!(
+                "DELETE FROM {ks}.idempotency WHERE user_id = ? AND key = ? IF status = 0"
             ))
             .await?,
             edge_read,
@@ -105,7 +111,7 @@ impl Statements {
             ))
             .await?,
             edge_update: p(format!(
-                "UPDATE {ks}.edges SET state = ?, op_id = ?, updated_at = ? \
+                "UPDATE {ks}.edges SET state = ?, op_id = ?, updated_at = ?, prev_at = ? \
                  WHERE item_id = ? AND bucket = ? AND user_id = ? IF op_id = ?"
             ))
             .await?,
@@ -113,6 +119,7 @@ impl Statements {
         for st in [
             &mut s.claim,
             &mut s.answer,
+            &mut s.release,
             &mut s.edge_insert,
             &mut s.edge_update,
         ] {
@@ -122,12 +129,16 @@ impl Statements {
     }
 }
 
-/// An edge as stored: (liked, op_id, updated_at ms).
+/// An edge as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Edge {
     pub liked: bool,
     pub op_id: i64,
+    /// When the current state was set (its flip's event time).
     pub updated_at_ms: i64,
+    /// The previous flip's event time; 0 when this is the first flip. Events carry it so
+    /// stage 1 can tell a first-seen edge's history (see the README's delta rule note).
+    pub prev_at_ms: i64,
 }
 
 /// `POST /v1/items/{itemId}/likes`: the session's user likes the item.
@@ -247,8 +258,29 @@ pub async fn write(
         }
     }
 
+    let done = act(app, user, item, liked, key, &fp, now).await;
+    if done.is_err() {
+        // Let a retry with this key run now instead of waiting for the takeover; what was
+        // done stays done (the flip is idempotent, the relay publishes a pending event).
+        let _ = app.session.execute_unpaged(&s.release, (user, key)).await;
+    }
+    done
+}
+
+/// Everything after the claim: the outbox, the flip, the event, the stored answer.
+async fn act(
+    app: &App,
+    user: &str,
+    item: &str,
+    liked: bool,
+    key: &str,
+    fp: &[u8],
+    now: i64,
+) -> std::result::Result<WriteAnswer, ApiError> {
+    let s = &app.stmts;
     let bucket = hash::bucket_of(user, app.topology.buckets) as i32;
     let shard = hash::partition_for(item.as_bytes(), OUTBOX_SHARDS) as i32;
+    let entry = format!("{:016x}", rand::random::<u64>());
     if liked {
         // Before the flip: the erasure walk may see an extra, never miss one.
         app.session
@@ -256,37 +288,40 @@ pub async fn write(
             .await?;
     }
     app.session
-        .execute_unpaged(&s.outbox_put, (shard, item, user, CqlTimestamp(now)))
+        .execute_unpaged(
+            &s.outbox_put,
+            (shard, item, user, &entry, CqlTimestamp(now)),
+        )
         .await?;
 
     // Layer 2: the compare-and-set flip.
     let (edge, flipped_from) = flip(&app.session, s, item, bucket, user, liked, now).await?;
-    if let Some(prev) = flipped_from {
+    if flipped_from {
         fail::fail_point!("api-after-flip-before-produce", |_| Err(
             ApiError::Unavailable("injected: after the flip, before the produce".into())
         ));
-        publish(app, item, user, bucket, &edge, prev, Source::Api).await?;
+        publish(app, item, user, bucket, &edge, Source::Api).await?;
     }
     app.session
-        .execute_unpaged(&s.outbox_del, (shard, item, user))
+        .execute_unpaged(&s.outbox_del, (shard, item, user, &entry))
         .await?;
 
     let answer = WriteAnswer {
         item_id: item.to_string(),
         user_id: user.to_string(),
         liked,
-        changed: flipped_from.is_some(),
+        changed: flipped_from,
         op_id: edge.op_id,
     };
     let body = serde_json::to_string(&answer).expect("answers serialize");
     app.session
-        .execute_unpaged(&s.answer, (200i32, body, user, key, &fp))
+        .execute_unpaged(&s.answer, (200i32, body, user, key, fp))
         .await?;
     Ok(answer)
 }
 
 /// Reads the edge and flips it to `liked` unless it already is. Returns the edge as it now
-/// is and, when this call flipped it, the edge's previous version (None: never existed).
+/// is and whether this call flipped it.
 async fn flip(
     session: &Session,
     s: &Statements,
@@ -295,7 +330,7 @@ async fn flip(
     user: &str,
     liked: bool,
     now: i64,
-) -> std::result::Result<(Edge, Option<Option<Edge>>), ApiError> {
+) -> std::result::Result<(Edge, bool), ApiError> {
     let state = if liked {
         EdgeState::Liked
     } else {
@@ -312,8 +347,9 @@ async fn flip(
                 liked: false,
                 op_id: 0,
                 updated_at_ms: 0,
+                prev_at_ms: 0,
             });
-            return Ok((e, None));
+            return Ok((e, false));
         }
         let result = match current {
             None => {
@@ -332,6 +368,7 @@ async fn flip(
                             state,
                             e.op_id + 1,
                             CqlTimestamp(now),
+                            CqlTimestamp(e.updated_at_ms),
                             item,
                             bucket,
                             user,
@@ -348,8 +385,9 @@ async fn flip(
                     liked,
                     op_id,
                     updated_at_ms: now,
+                    prev_at_ms: current.map(|e| e.updated_at_ms).unwrap_or(0),
                 },
-                Some(current),
+                true,
             ));
         }
         // Someone else flipped it between our read and our write: read again.
@@ -371,11 +409,18 @@ pub async fn read_edge(
         .execute_unpaged(&s.edge_read, (item, bucket, user))
         .await?
         .into_rows_result()?;
-    let row = rows.maybe_first_row::<(Option<i8>, Option<i64>, Option<CqlTimestamp>)>()?;
-    Ok(row.map(|(state, op_id, at)| Edge {
+    type Stored = (
+        Option<i8>,
+        Option<i64>,
+        Option<CqlTimestamp>,
+        Option<CqlTimestamp>,
+    );
+    let row = rows.maybe_first_row::<Stored>()?;
+    Ok(row.map(|(state, op_id, at, prev)| Edge {
         liked: state == Some(EdgeState::Liked as i8),
         op_id: op_id.unwrap_or(0),
         updated_at_ms: at.map(|t| t.0).unwrap_or(0),
+        prev_at_ms: prev.map(|t| t.0).unwrap_or(0),
     }))
 }
 
@@ -387,7 +432,6 @@ pub async fn publish(
     user: &str,
     bucket: i32,
     edge: &Edge,
-    previous: Option<Edge>,
     source: Source,
 ) -> std::result::Result<(), ApiError> {
     let event = LikeEvent {
@@ -403,7 +447,7 @@ pub async fn publish(
         event_time_ms: edge.updated_at_ms,
         epoch: 0,
         source: source as i32,
-        prev_event_time_ms: previous.map(|p| p.updated_at_ms).unwrap_or(0),
+        prev_event_time_ms: edge.prev_at_ms,
     };
     let key = hash::event_key(item, bucket as u32);
     let payload = event.encode_to_vec();

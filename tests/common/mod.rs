@@ -59,5 +59,6 @@ pub fn likes(args: &[&str], env: &[(&'static str, String)]) -> (bool, String, St
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+pub mod api;
 pub mod procs;
 pub mod topology;

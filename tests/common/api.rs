@@ -1,0 +1,121 @@
+//! Helpers for API tests: a client speaking the API with signed tokens, an in-process
+//! server on the real stack, and the events on the log.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message as _;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::Message as _;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use likes::api::{self, auth::Signer};
+use likes::config::Settings;
+use likes::schema::v1::LikeEvent;
+use likes::topology::Topology;
+
+pub const KEY: &str = "test-session-key-0123456789abcdef";
+
+pub struct Client {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub signer: Signer,
+}
+
+impl Client {
+    pub fn token(&self, user: &str) -> String {
+        self.signer
+            .sign(user, likes::dedupe::state::now_ms() / 1000 + 600)
+    }
+
+    pub async fn like(&self, user: &str, item: &str, key: &str) -> (StatusCode, Value) {
+        let url = format!("{}/v1/items/{item}/likes", self.base);
+        self.write(self.http.post(url), user, key).await
+    }
+
+    pub async fn unlike(&self, user: &str, item: &str, key: &str) -> (StatusCode, Value) {
+        let url = format!("{}/v1/items/{item}/likes/{user}", self.base);
+        self.write(self.http.delete(url), user, key).await
+    }
+
+    async fn write(
+        &self,
+        req: reqwest::RequestBuilder,
+        user: &str,
+        key: &str,
+    ) -> (StatusCode, Value) {
+        let r = req
+            .bearer_auth(self.token(user))
+            .header("Idempotency-Key", key)
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, user: &str, path: &str) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(self.token(user))
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// Every LikeEvent on the events topic, as (item, user, op_id, liked).
+pub fn all_events(
+    settings: &likes::config::Settings,
+    topic: &str,
+) -> Vec<(String, String, u64, bool)> {
+    let c: BaseConsumer = likes::kafka::client_config(&settings.kafka)
+        .set("group.id", super::unique("api-events"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    c.subscribe(&[topic]).unwrap();
+    let mut out = Vec::new();
+    let mut idle = std::time::Instant::now();
+    while idle.elapsed() < Duration::from_secs(5) {
+        if let Some(m) = c.poll(Duration::from_millis(200)) {
+            let m = m.unwrap();
+            let e = LikeEvent::decode(m.payload().unwrap()).unwrap();
+            let liked = e.state == likes::schema::v1::EdgeState::Liked as i32;
+            out.push((e.item_id, e.user_id, e.op_id, liked));
+            idle = std::time::Instant::now();
+        }
+    }
+    out.sort();
+    out
+}
+
+pub fn of(events: &[(String, String, u64, bool)], item: &str, user: &str) -> Vec<(u64, bool)> {
+    events
+        .iter()
+        .filter(|e| e.0 == item && e.1 == user)
+        .map(|e| (e.2, e.3))
+        .collect()
+}
+
+/// A fresh namespace on the real stack and the API serving it in this process.
+pub async fn serve(base: &str) -> (Settings, Topology, Arc<api::App>, Arc<Client>) {
+    let mut settings = super::topology::settings(base);
+    settings.api.session_key = KEY.into();
+    let topology = Topology::load(None).unwrap();
+    super::topology::setup(&settings, &topology).await;
+    let app = api::App::connect(&settings, &topology).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let router = api::router(app.clone());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let client = Arc::new(Client {
+        http: reqwest::Client::new(),
+        base: url,
+        signer: Signer::new(KEY.as_bytes()),
+    });
+    (settings, topology, app, client)
+}
