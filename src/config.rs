@@ -39,6 +39,10 @@ pub struct ApiSettings {
     /// A claimed request key whose request never finished may be taken over after this.
     #[serde(with = "humantime_serde")]
     pub claim_takeover: Duration,
+    /// Writes in flight past which new writes get 503 + Retry-After at once.
+    pub max_writes_in_flight: usize,
+    /// Writes a second past which new writes get 429 + Retry-After (0: no rate bound).
+    pub max_writes_per_s: f64,
     /// Run the relay inside `likes api` too.
     pub relay: bool,
     /// How often the relay walks the outbox.

@@ -41,6 +41,8 @@ pub const STATE_MEMORY: &str = "likes_dedupe_state_memory_bytes";
 pub const INPUT_DELAY_SECONDS: &str = "likes_count_input_delay_seconds";
 /// Stage 1: wall clock at processing minus event time, seconds: how late events reach it.
 pub const EVENT_DELAY_SECONDS: &str = "likes_dedupe_event_delay_seconds";
+/// API: writes refused at admission (label `reason`: rate, in_flight).
+pub const API_SHED: &str = "likes_api_writes_shed_total";
 /// Consumer lag in records, per stage (label `stage`).
 pub const CONSUMER_LAG: &str = "likes_consumer_lag_records";
 
@@ -62,6 +64,7 @@ pub fn install(addr: SocketAddr) -> Result<()> {
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(EVENTS_IN, "LikeEvents read by stage 1");
+    describe_counter!(API_SHED, "API writes refused at admission (429/503)");
     describe_counter!(DUPLICATES, "events dropped as duplicates or stale");
     describe_counter!(DELTAS_OUT, "combined deltas written by stage 1");
     describe_counter!(DLQ_RECORDS, "records sent to the dead-letter topic");

@@ -24,6 +24,10 @@ pub enum ApiError {
     KeyReused,
     /// 503: a dependency failed; retry later.
     Unavailable(String),
+    /// 429: writes over the configured rate.
+    RateLimited,
+    /// 503: writes over the in-flight bound.
+    Overloaded,
 }
 
 impl ApiError {
@@ -47,6 +51,16 @@ impl ApiError {
                 "this Idempotency-Key was used for a different request".into(),
             ),
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m.clone()),
+            ApiError::RateLimited => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "writes are over the configured rate; retry after the given seconds".into(),
+            ),
+            ApiError::Overloaded => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "too many writes in flight; retry after the given seconds".into(),
+            ),
         }
     }
 }
@@ -55,7 +69,13 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, error, message) = self.parts();
         let mut r = (status, Json(json!({ "error": error, "message": message }))).into_response();
-        if matches!(self, ApiError::InProgress | ApiError::Unavailable(_)) {
+        if matches!(
+            self,
+            ApiError::InProgress
+                | ApiError::Unavailable(_)
+                | ApiError::RateLimited
+                | ApiError::Overloaded
+        ) {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }

@@ -6,6 +6,7 @@
 //! - [`read`]: the public count `{count, asOf}` and the actor's own button state.
 //! - [`auth`]: signed session tokens; the acting user never comes from the request body.
 
+pub mod admission;
 pub mod auth;
 pub mod error;
 pub mod read;
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
 use axum::http::request::Parts;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use rdkafka::producer::FutureProducer;
 use scylla::client::session::Session;
@@ -69,12 +70,20 @@ impl App {
 
 /// Every route.
 pub fn router(app: Arc<App>) -> Router {
-    Router::new()
+    let admission = Arc::new(admission::Admission::new(
+        app.settings.api.max_writes_in_flight,
+        app.settings.api.max_writes_per_s,
+    ));
+    let writes = Router::new()
         .route("/v1/items/{item_id}/likes", post(write::like))
-        .route(
-            "/v1/items/{item_id}/likes/{user_id}",
-            get(read::liked).delete(write::unlike),
-        )
+        .route("/v1/items/{item_id}/likes/{user_id}", delete(write::unlike))
+        .route_layer(axum::middleware::from_fn_with_state(
+            admission,
+            admission::admit,
+        ));
+    Router::new()
+        .merge(writes)
+        .route("/v1/items/{item_id}/likes/{user_id}", get(read::liked))
         .route("/v1/items/{item_id}/count", get(read::count))
         .route(
             "/healthz",

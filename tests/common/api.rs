@@ -103,8 +103,17 @@ pub fn of(events: &[(String, String, u64, bool)], item: &str, user: &str) -> Vec
 
 /// A fresh namespace on the real stack and the API serving it in this process.
 pub async fn serve(base: &str) -> (Settings, Topology, Arc<api::App>, Arc<Client>) {
+    serve_with(base, |_| {}).await
+}
+
+/// [`serve`] with settings adjusted by `adjust`.
+pub async fn serve_with(
+    base: &str,
+    adjust: impl FnOnce(&mut Settings),
+) -> (Settings, Topology, Arc<api::App>, Arc<Client>) {
     let mut settings = super::topology::settings(base);
     settings.api.session_key = KEY.into();
+    adjust(&mut settings);
     let topology = Topology::load(None).unwrap();
     super::topology::setup(&settings, &topology).await;
     let app = api::App::connect(&settings, &topology).await.unwrap();

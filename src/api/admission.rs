@@ -1,0 +1,92 @@
+//! Write admission: writes past a bound fail at once with 429 or 503 and `Retry-After`,
+//! never wait in an unbounded queue. Reads are not admitted here, so they keep serving while
+//! writes are shed.
+//!
+//! Two bounds: writes in flight (each holds Cassandra LWTs and a produce; past the bound the
+//! box is saturated: 503) and a token bucket on the write rate (a client or a burst asking for
+//! more than the configured share: 429).
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Semaphore;
+
+use super::error::ApiError;
+use crate::metrics as m;
+
+pub struct Admission {
+    in_flight: Arc<Semaphore>,
+    bucket: Mutex<Bucket>,
+}
+
+struct Bucket {
+    tokens: f64,
+    per_s: f64,
+    burst: f64,
+    at: Instant,
+}
+
+impl Admission {
+    /// `max_in_flight` concurrent writes; `per_s` writes a second with bursts of `per_s / 10`
+    /// (at least 1); `per_s = 0` turns the rate bound off.
+    pub fn new(max_in_flight: usize, per_s: f64) -> Self {
+        let burst = (per_s / 10.0).max(1.0);
+        Self {
+            in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
+            bucket: Mutex::new(Bucket {
+                tokens: burst,
+                per_s,
+                burst,
+                at: Instant::now(),
+            }),
+        }
+    }
+
+    fn take_token(&self) -> bool {
+        let mut b = self.bucket.lock().unwrap();
+        if b.per_s <= 0.0 {
+            return true;
+        }
+        let now = Instant::now();
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * b.per_s).min(b.burst);
+        b.at = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The middleware on the write routes.
+pub async fn admit(State(admission): State<Arc<Admission>>, req: Request, next: Next) -> Response {
+    if !admission.take_token() {
+        metrics::counter!(m::API_SHED, "reason" => "rate").increment(1);
+        return ApiError::RateLimited.into_response();
+    }
+    let Ok(_permit) = admission.in_flight.clone().try_acquire_owned() else {
+        metrics::counter!(m::API_SHED, "reason" => "in_flight").increment(1);
+        return ApiError::Overloaded.into_response();
+    };
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_bucket_refills_at_the_rate() {
+        let a = super::Admission::new(1, 100.0);
+        let granted = (0..50).filter(|_| a.take_token()).count();
+        assert_eq!(granted, 10, "a burst of per_s / 10");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let again = (0..50).filter(|_| a.take_token()).count();
+        assert!((9..=11).contains(&again), "{again}");
+        let off = super::Admission::new(1, 0.0);
+        assert!((0..1000).all(|_| off.take_token()));
+    }
+}
