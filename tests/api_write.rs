@@ -173,6 +173,30 @@ async fn write_path_idempotency_reads_and_bad_input() {
     );
     let (s, _) = client.get("dave", "/readyz").await;
     assert_eq!(s, StatusCode::OK);
+    let (s, e) = client.get("dave", "/v1/nope").await;
+    assert_eq!(
+        (s, e["error"].clone()),
+        (StatusCode::NOT_FOUND, json!("not_found"))
+    );
+    // The served document names every route the router serves.
+    let doc = client
+        .http
+        .get(format!("{base}/openapi.yaml"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for path in [
+        "/v1/items/{itemId}/likes:",
+        "/v1/items/{itemId}/likes/{userId}:",
+        "/v1/items/{itemId}/count:",
+        "/healthz:",
+        "/readyz:",
+    ] {
+        assert!(doc.contains(path), "openapi.yaml lacks {path}");
+    }
 
     // The events on the log: one per real flip, no more.
     let settings2 = settings.clone();

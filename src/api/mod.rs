@@ -31,6 +31,9 @@ use crate::topology::Topology;
 use crate::{cql, kafka};
 use error::ApiError;
 
+/// The API document, checked in as `api/openapi.yaml`.
+pub const OPENAPI: &str = include_str!("../../api/openapi.yaml");
+
 /// Largest request body accepted (the write bodies are empty or `{}`).
 const BODY_LIMIT: usize = 4 * 1024;
 
@@ -90,6 +93,15 @@ pub fn router(app: Arc<App>) -> Router {
             get(|| async { Json(json!({ "status": "ok" })) }),
         )
         .route("/readyz", get(ready))
+        .route(
+            "/openapi.yaml",
+            get(|| async {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/yaml")],
+                    OPENAPI,
+                )
+            }),
+        )
         .fallback(|| async { ApiError::NotFound("no such endpoint (see the API document)".into()) })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(app)
