@@ -109,7 +109,7 @@ async fn write_path_idempotency_reads_and_bad_input() {
                 .post(format!("{base}/v1/items/item-4/likes"))
                 .bearer_auth(&t)
                 .header("Idempotency-Key", "x")
-                .body("x".repeat(10_000)),
+                .body("x".repeat(20_000)),
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
         ),
@@ -164,6 +164,96 @@ async fn write_path_idempotency_reads_and_bad_input() {
     let (_, d) = client.get("dave", "/v1/items/item-4/likes/dave").await;
     assert_eq!(d["liked"], json!(false), "no refused request liked item-4");
 
+    // Who liked: 30 likers paged 7 at a time, while another user likes mid-walk: every
+    // original liker exactly once, in a stable walk.
+    let likers: Vec<String> = (0..30).map(|i| format!("fan{i:02}")).collect();
+    for u in &likers {
+        let (s, _) = client.like(u, "item-5", "fan").await;
+        assert_eq!(s, StatusCode::OK);
+    }
+    let (_, _) = client.unlike("fan03", "item-5", "fan-unlike").await;
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let q = match &cursor {
+            Some(c) => format!("/v1/items/item-5/likes?limit=7&cursor={c}"),
+            None => "/v1/items/item-5/likes?limit=7".to_string(),
+        };
+        let (s, page) = client.get("dave", &q).await;
+        assert_eq!(s, StatusCode::OK, "{page}");
+        pages += 1;
+        if pages == 2 {
+            client.like("latecomer", "item-5", "late").await;
+        }
+        for u in page["users"].as_array().unwrap() {
+            seen.push(u.as_str().unwrap().to_string());
+        }
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "no liker twice: {seen:?}");
+    for u in likers.iter().filter(|u| *u != "fan03") {
+        assert!(seen.contains(u), "{u} missing from {seen:?}");
+    }
+    assert!(
+        !seen.contains(&"fan03".to_string()),
+        "an unliked user is not listed"
+    );
+    for bad in [
+        "limit=0",
+        "limit=101",
+        "cursor=zz",
+        "cursor=3a78",
+        "limit=x",
+    ] {
+        let (s, e) = client
+            .get("dave", &format!("/v1/items/item-5/likes?{bad}"))
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {e}");
+    }
+
+    // batchGet: counts and the caller's own button states in one call; bounded.
+    let r = client
+        .http
+        .post(format!("{base}/v1/likes:batchGet"))
+        .bearer_auth(client.token("fan07"))
+        .json(&json!({"itemIds": ["item-5", "item-1", "item-9"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let b: Value = r.json().await.unwrap();
+    let liked: Vec<bool> = b["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["liked"].as_bool().unwrap())
+        .collect();
+    assert_eq!(liked, vec![true, false, false], "{b}");
+    let too_many: Vec<String> = (0..101).map(|i| format!("i{i}")).collect();
+    for body in [
+        json!({ "itemIds": too_many }),
+        json!({ "itemIds": [] }),
+        json!({ "itemIds": ["ok"], "extra": 1 }),
+        json!({ "itemIds": ["bad#id"] }),
+    ] {
+        let r = client
+            .http
+            .post(format!("{base}/v1/likes:batchGet"))
+            .bearer_auth(client.token("fan07"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{body}");
+    }
+
     // The public count before any window: 0 and a null asOf.
     let (s, c) = client.get("dave", "/v1/items/item-9/count").await;
     assert_eq!(s, StatusCode::OK);
@@ -192,6 +282,7 @@ async fn write_path_idempotency_reads_and_bad_input() {
         "/v1/items/{itemId}/likes:",
         "/v1/items/{itemId}/likes/{userId}:",
         "/v1/items/{itemId}/count:",
+        "/v1/likes:batchGet:",
         "/healthz:",
         "/readyz:",
     ] {

@@ -34,8 +34,8 @@ use error::ApiError;
 /// The API document, checked in as `api/openapi.yaml`.
 pub const OPENAPI: &str = include_str!("../../api/openapi.yaml");
 
-/// Largest request body accepted (the write bodies are empty or `{}`).
-const BODY_LIMIT: usize = 4 * 1024;
+/// Largest request body accepted (writes are empty or `{}`; a full batchGet is ~13 KB).
+const BODY_LIMIT: usize = 16 * 1024;
 
 /// What every handler shares.
 pub struct App {
@@ -88,6 +88,8 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(writes)
         .route("/v1/items/{item_id}/likes/{user_id}", get(read::liked))
         .route("/v1/items/{item_id}/count", get(read::count))
+        .route("/v1/items/{item_id}/likes", get(read::likers))
+        .route("/v1/likes:batchGet", post(read::batch_get))
         .route(
             "/healthz",
             get(|| async { Json(json!({ "status": "ok" })) }),

@@ -87,3 +87,158 @@ pub async fn liked(
         liked: edge.map(|e| e.liked).unwrap_or(false),
     }))
 }
+
+/// Most users in one page of who-liked.
+pub const MAX_PAGE: usize = 100;
+/// Most items in one batchGet.
+pub const MAX_BATCH: usize = 100;
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    pub cursor: Option<String>,
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LikersPage {
+    pub item_id: String,
+    pub users: Vec<String>,
+    /// Pass it back as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A position in the who-liked walk: bucket, then the last user returned in it. Opaque to
+/// clients (hex); stable under concurrent writes because it is a key position, not an offset.
+fn encode_cursor(bucket: i32, after: &str) -> String {
+    hex::encode(format!("{bucket}:{after}"))
+}
+
+fn decode_cursor(c: &str, buckets: i32) -> Option<(i32, String)> {
+    let raw = String::from_utf8(hex::decode(c).ok()?).ok()?;
+    let (b, after) = raw.split_once(':')?;
+    let b: i32 = b.parse().ok()?;
+    ((0..buckets).contains(&b) && (after.is_empty() || super::valid_id(after)))
+        .then(|| (b, after.to_string()))
+}
+
+/// `GET /v1/items/{itemId}/likes?cursor=&limit=`: who likes the item, a page at a time,
+/// walking the B buckets in order and each bucket in user order.
+pub async fn likers(
+    State(app): State<Arc<App>>,
+    Actor(_): Actor,
+    Path(item): Path<String>,
+    query: Result<axum::extract::Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<LikersPage>, ApiError> {
+    check_id("itemId", &item)?;
+    let axum::extract::Query(q) =
+        query.map_err(|e| ApiError::BadRequest(format!("query: {}", e.body_text())))?;
+    let limit = q.limit.unwrap_or(20);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be in 1..={MAX_PAGE}"
+        )));
+    }
+    let buckets = app.topology.buckets as i32;
+    let (mut bucket, mut after) = match &q.cursor {
+        None => (0, String::new()),
+        Some(c) => decode_cursor(c, buckets)
+            .ok_or_else(|| ApiError::BadRequest("cursor is not one this API issued".into()))?,
+    };
+    let ks = &app.settings.cql.keyspace;
+    let mut users = Vec::with_capacity(limit);
+    while bucket < buckets {
+        // Read past unliked rows in chunks; the state is not a key, so it is filtered here.
+        let rows = app
+            .session
+            .query_unpaged(
+                format!(
+                    "SELECT user_id, state FROM {ks}.edges \
+                     WHERE item_id = ? AND bucket = ? AND user_id > ? LIMIT 200"
+                ),
+                (&item, bucket, &after),
+            )
+            .await?
+            .into_rows_result()
+            .map_err(crate::error::Error::from)?;
+        let mut read = 0;
+        for row in rows
+            .rows::<(String, Option<i8>)>()
+            .map_err(crate::error::Error::from)?
+        {
+            let (user, state) = row.map_err(crate::error::Error::from)?;
+            read += 1;
+            after = user.clone();
+            if state == Some(crate::schema::v1::EdgeState::Liked as i8) {
+                users.push(user);
+                if users.len() == limit {
+                    return Ok(Json(LikersPage {
+                        item_id: item,
+                        users,
+                        next_cursor: Some(encode_cursor(bucket, &after)),
+                    }));
+                }
+            }
+        }
+        if read < 200 {
+            bucket += 1;
+            after.clear();
+        }
+    }
+    Ok(Json(LikersPage {
+        item_id: item,
+        users,
+        next_cursor: None,
+    }))
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BatchGet {
+    pub item_ids: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchItem {
+    pub item_id: String,
+    pub count: i64,
+    pub as_of: Option<String>,
+    /// The caller's own button state.
+    pub liked: bool,
+}
+
+/// `POST /v1/likes:batchGet {itemIds}`: counts and the caller's button states in one call.
+pub async fn batch_get(
+    State(app): State<Arc<App>>,
+    Actor(user): Actor,
+    body: Result<Json<BatchGet>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Json(req) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    if !(1..=MAX_BATCH).contains(&req.item_ids.len()) {
+        return Err(ApiError::BadRequest(format!(
+            "itemIds must hold 1..={MAX_BATCH} ids"
+        )));
+    }
+    for id in &req.item_ids {
+        check_id("every itemId", id)?;
+    }
+    let bucket = hash::bucket_of(&user, app.topology.buckets) as i32;
+    let lookups = req.item_ids.iter().map(|item| {
+        let app = app.clone();
+        let (item, user) = (item.clone(), user.clone());
+        async move {
+            let Json(c) = count(State(app.clone()), Path(item.clone())).await?;
+            let edge = read_edge(&app.session, &app.stmts, &item, bucket, &user).await?;
+            Ok::<_, ApiError>(BatchItem {
+                item_id: item,
+                count: c.count,
+                as_of: c.as_of,
+                liked: edge.map(|e| e.liked).unwrap_or(false),
+            })
+        }
+    });
+    let items = futures::future::try_join_all(lookups).await?;
+    Ok(Json(serde_json::json!({ "items": items })))
+}
