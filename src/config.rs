@@ -36,6 +36,9 @@ pub struct ApiSettings {
     pub listen: String,
     /// HMAC-SHA256 key of session tokens; `likes api` refuses to start without one.
     pub session_key: String,
+    /// The credential of `POST /v1/admin/retractions` (header X-Admin-Token); empty or under
+    /// 32 bytes disables the endpoint.
+    pub admin_token: String,
     /// A claimed request key whose request never finished may be taken over after this.
     #[serde(with = "humantime_serde")]
     pub claim_takeover: Duration,

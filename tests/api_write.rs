@@ -283,11 +283,67 @@ async fn write_path_idempotency_reads_and_bad_input() {
         "/v1/items/{itemId}/likes/{userId}:",
         "/v1/items/{itemId}/count:",
         "/v1/likes:batchGet:",
+        "/v1/admin/retractions:",
         "/healthz:",
         "/readyz:",
     ] {
         assert!(doc.contains(path), "openapi.yaml lacks {path}");
     }
+
+    // An operator's retraction: a separate credential, the normal write path, a reason.
+    let retract = |token: &str, key: &str| {
+        client
+            .http
+            .post(format!("{base}/v1/admin/retractions"))
+            .header("X-Admin-Token", token)
+            .header("Idempotency-Key", key)
+            .json(&json!({"itemId": "item-1", "userId": "alice", "reason": "spam ring"}))
+    };
+    let r = retract(&client.token("alice"), "r1").send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::UNAUTHORIZED,
+        "a session token is not the admin credential"
+    );
+    let r = retract(api::ADMIN, "r1").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let first: Value = r.json().await.unwrap();
+    assert_eq!(
+        (first["changed"].clone(), first["opId"].clone()),
+        (json!(true), json!(2))
+    );
+    let again: Value = retract(api::ADMIN, "r1")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again, first, "a retried retraction replays its answer");
+    let (_, liked) = client.get("alice", "/v1/items/item-1/likes/alice").await;
+    assert_eq!(liked["liked"], json!(false), "retracted");
+    let session = likes::cql::connect(&settings.cql).await.unwrap();
+    let reasons: Vec<(String,)> = session
+        .query_unpaged(
+            format!(
+                "SELECT reason FROM {}.retractions WHERE item_id = 'item-1'",
+                settings.cql.keyspace
+            ),
+            (),
+        )
+        .await
+        .unwrap()
+        .into_rows_result()
+        .unwrap()
+        .rows::<(String,)>()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![("spam ring".to_string(),)],
+        "one record, retry included"
+    );
 
     // The events on the log: one per real flip, no more.
     let settings2 = settings.clone();
@@ -301,7 +357,11 @@ async fn write_path_idempotency_reads_and_bad_input() {
         of(&events, "item-3", "carol"),
         of(&events, "item-4", "dave"),
     ];
-    assert_eq!(got[0], vec![(1, true)], "double like: one event");
+    assert_eq!(
+        got[0],
+        vec![(1, true), (2, false)],
+        "double like: one event; the retraction: one more"
+    );
     assert_eq!(got[1], vec![(1, true)], "16 concurrent likes: one event");
     assert_eq!(
         got[2],

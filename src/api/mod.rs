@@ -6,6 +6,7 @@
 //! - [`read`]: the public count `{count, asOf}` and the actor's own button state.
 //! - [`auth`]: signed session tokens; the acting user never comes from the request body.
 
+pub mod admin;
 pub mod admission;
 pub mod auth;
 pub mod error;
@@ -80,6 +81,7 @@ pub fn router(app: Arc<App>) -> Router {
     let writes = Router::new()
         .route("/v1/items/{item_id}/likes", post(write::like))
         .route("/v1/items/{item_id}/likes/{user_id}", delete(write::unlike))
+        .route("/v1/admin/retractions", post(admin::retract))
         .route_layer(axum::middleware::from_fn_with_state(
             admission,
             admission::admit,

@@ -216,13 +216,25 @@ fn fingerprint(item: &str, liked: bool) -> Vec<u8> {
     Sha256::digest(format!("{op}\n{item}")).to_vec()
 }
 
-/// The whole write path of one request.
+/// The whole write path of one request by the user.
 pub async fn write(
     app: &App,
     user: &str,
     item: &str,
     liked: bool,
     key: &str,
+) -> std::result::Result<WriteAnswer, ApiError> {
+    write_as(app, user, item, liked, key, Source::Api).await
+}
+
+/// The write path, with the event marked as coming from `source`.
+pub async fn write_as(
+    app: &App,
+    user: &str,
+    item: &str,
+    liked: bool,
+    key: &str,
+    source: Source,
 ) -> std::result::Result<WriteAnswer, ApiError> {
     let s = &app.stmts;
     let fp = fingerprint(item, liked);
@@ -258,7 +270,13 @@ pub async fn write(
         }
     }
 
-    let done = act(app, user, item, liked, key, &fp, now).await;
+    let intent = Intent {
+        user,
+        item,
+        liked,
+        source,
+    };
+    let done = act(app, &intent, key, &fp, now).await;
     if done.is_err() {
         // Let a retry with this key run now instead of waiting for the takeover; what was
         // done stays done (the flip is idempotent, the relay publishes a pending event).
@@ -267,16 +285,28 @@ pub async fn write(
     done
 }
 
+/// What a request asks for.
+struct Intent<'a> {
+    user: &'a str,
+    item: &'a str,
+    liked: bool,
+    source: Source,
+}
+
 /// Everything after the claim: the outbox, the flip, the event, the stored answer.
 async fn act(
     app: &App,
-    user: &str,
-    item: &str,
-    liked: bool,
+    intent: &Intent<'_>,
     key: &str,
     fp: &[u8],
     now: i64,
 ) -> std::result::Result<WriteAnswer, ApiError> {
+    let &Intent {
+        user,
+        item,
+        liked,
+        source,
+    } = intent;
     let s = &app.stmts;
     let bucket = hash::bucket_of(user, app.topology.buckets) as i32;
     let shard = hash::partition_for(item.as_bytes(), OUTBOX_SHARDS) as i32;
@@ -300,7 +330,7 @@ async fn act(
         fail::fail_point!("api-after-flip-before-produce", |_| Err(
             ApiError::Unavailable("injected: after the flip, before the produce".into())
         ));
-        publish(app, item, user, bucket, &edge, Source::Api).await?;
+        publish(app, item, user, bucket, &edge, source).await?;
     }
     app.session
         .execute_unpaged(&s.outbox_del, (shard, item, user, &entry))

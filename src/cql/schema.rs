@@ -79,6 +79,20 @@ pub const TABLES: &[TableSpec] = &[
         purpose: "edges whose event may not be published yet; drained by the relay",
     },
     TableSpec {
+        name: "retractions",
+        columns: &[
+            ("item_id", "text"),
+            ("user_id", "text"),
+            ("retracted_at", "timestamp"),
+            ("reason", "text"),
+            ("request_key", "text"),
+        ],
+        partition_key: &["item_id"],
+        clustering: &["user_id", "request_key"],
+        options: "",
+        purpose: "admin/abuse unlikes with their reason (one row per request key, so a retry writes the same row); the unlike itself goes the normal way",
+    },
+    TableSpec {
         name: "like_counts",
         columns: &[
             ("shard", "int"),

@@ -15,6 +15,9 @@ use likes::config::Settings;
 use likes::schema::v1::LikeEvent;
 use likes::topology::Topology;
 
+/// The admin credential of test servers.
+pub const ADMIN: &str = "test-admin-token-0123456789abcdef";
+
 pub const KEY: &str = "test-session-key-0123456789abcdef";
 
 pub struct Client {
@@ -113,6 +116,7 @@ pub async fn serve_with(
 ) -> (Settings, Topology, Arc<api::App>, Arc<Client>) {
     let mut settings = super::topology::settings(base);
     settings.api.session_key = KEY.into();
+    settings.api.admin_token = ADMIN.into();
     adjust(&mut settings);
     let topology = Topology::load(None).unwrap();
     super::topology::setup(&settings, &topology).await;

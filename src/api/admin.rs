@@ -1,0 +1,91 @@
+//! `POST /v1/admin/retractions`: an operator (abuse, legal) unlikes for a user, with a
+//! reason. It takes a separate credential, goes through the same write path as the user's
+//! own unlike (so the count drops through the pipeline, never by overwrite), marks the event
+//! as a retraction, and records who was retracted and why in `retractions`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::Json;
+use scylla::value::CqlTimestamp;
+
+use super::error::ApiError;
+use super::write::{write_as, WriteAnswer};
+use super::{check_id, App};
+use crate::dedupe::state::now_ms;
+use crate::schema::v1::Source;
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Retraction {
+    pub item_id: String,
+    pub user_id: String,
+    pub reason: String,
+}
+
+pub async fn retract(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<Retraction>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<WriteAnswer>, ApiError> {
+    let admin = &app.settings.api.admin_token;
+    let given = headers
+        .get("x-admin-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    // An unset admin token disables the endpoint; a comparison in constant time otherwise.
+    if admin.len() < 32 || !constant_time_eq(given.as_bytes(), admin.as_bytes()) {
+        return Err(ApiError::Unauthenticated(
+            "admin endpoints need X-Admin-Token (api.admin_token)".into(),
+        ));
+    }
+    let Json(r) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    check_id("itemId", &r.item_id)?;
+    check_id("userId", &r.user_id)?;
+    if !(1..=500).contains(&r.reason.trim().len()) {
+        return Err(ApiError::BadRequest(
+            "reason must be 1-500 characters".into(),
+        ));
+    }
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| (1..=120).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            ApiError::BadRequest("Idempotency-Key must be 1-120 visible ASCII characters".into())
+        })?;
+    // Namespaced, so an operator's key never collides with the user's own keys.
+    let key = format!("admin:{key}");
+    let answer = write_as(
+        &app,
+        &r.user_id,
+        &r.item_id,
+        false,
+        &key,
+        Source::Retraction,
+    )
+    .await?;
+    app.session
+        .query_unpaged(
+            format!(
+                "INSERT INTO {}.retractions (item_id, user_id, retracted_at, reason, request_key) \
+                 VALUES (?, ?, ?, ?, ?)",
+                app.settings.cql.keyspace
+            ),
+            (
+                &r.item_id,
+                &r.user_id,
+                CqlTimestamp(now_ms()),
+                r.reason.trim(),
+                &key,
+            ),
+        )
+        .await?;
+    tracing::info!(item = %r.item_id, user = %r.user_id, reason = %r.reason, changed = answer.changed, "retraction");
+    Ok(Json(answer))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
