@@ -82,6 +82,21 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Like/unlike load on `likes api` over loopback, open loop, next to the write path in
+    /// process and a bare LWT loop against the same Cassandra.
+    Api {
+        /// Offered writes a second.
+        #[arg(long, default_value_t = 1000.0)]
+        rate: f64,
+        /// Seconds per loop.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Where the JSON report goes.
+        #[arg(long, default_value = "bench/out")]
+        out: PathBuf,
+    },
     /// Events through dedupe + count + sink vs a plain consumer; staleness; peak RSS.
     Topology {
         /// Events in the backlog.
@@ -202,6 +217,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     topology = topology.with_window(w)?;
                 }
                 let report = cmd::bench::topology(&settings, &topology, &args).await?;
+                out(&report.to_string());
+            }
+            Command::Bench {
+                what:
+                    BenchCommand::Api {
+                        rate,
+                        seconds,
+                        seed,
+                        out: out_dir,
+                    },
+            } => {
+                if rate.is_nan() || rate <= 0.0 || seconds == 0 {
+                    anyhow::bail!("--rate and --seconds must be above 0");
+                }
+                let args = cmd::bench_api::ApiBenchArgs {
+                    rate,
+                    seconds,
+                    seed,
+                    out: out_dir,
+                };
+                let report = cmd::bench_api::run(&settings, &topology, &args).await?;
                 out(&report.to_string());
             }
             Command::Config => {

@@ -319,9 +319,9 @@ fn peak_rss_mb(pid: u32) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-struct StageProc {
-    child: Child,
-    port: u16,
+pub(crate) struct StageProc {
+    pub(crate) child: Child,
+    pub(crate) port: u16,
 }
 
 fn spawn_stage(
@@ -353,7 +353,7 @@ fn spawn_stage(
     Ok(StageProc { child, port })
 }
 
-fn stop(p: &mut StageProc) {
+pub(crate) fn stop(p: &mut StageProc) {
     let _ = Command::new("kill")
         .args(["-TERM", &p.child.id().to_string()])
         .status();

@@ -2,6 +2,7 @@
 //! that `main` prints, so tests can call the same code and assert on the report.
 
 pub mod bench;
+pub mod bench_api;
 pub mod migrate;
 pub mod replay;
 pub mod stages;
