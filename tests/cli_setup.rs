@@ -58,7 +58,8 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
             "edges_by_user",
             "idempotency",
             "like_counts",
-            "outbox"
+            "outbox",
+            "retractions"
         ]
     );
 

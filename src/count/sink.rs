@@ -253,8 +253,29 @@ impl Sink {
                 }
             }
             out.stats.lwts += 1;
+            // The audit trail records the batch before it is sent and its outcome after, so
+            // a kill while it is in flight leaves it "unknown" rather than lost (see `audit`).
+            let batch_id = format!("{shard}-{:016x}", rand::random::<u64>());
+            let lines: Vec<String> = planned
+                .iter()
+                .map(|p| {
+                    let ws: Vec<String> = p.fresh.iter().map(|&(w, _, _)| w.to_string()).collect();
+                    let n: i64 = p.fresh.iter().map(|&(_, d, _)| d).sum();
+                    format!(
+                        "P\t{batch_id}\t{}\t{}\t{n}\n",
+                        jobs[p.job].item,
+                        ws.join(",")
+                    )
+                })
+                .collect();
+            self.audit(&lines.concat())?;
             let answer = self.session.batch(&batch, values).await?;
-            match batch_answer(answer)? {
+            let outcome = batch_answer(answer)?;
+            self.audit(&format!(
+                "{}\t{batch_id}\n",
+                if outcome.is_none() { "A" } else { "F" }
+            ))?;
+            match outcome {
                 None => {
                     let now = crate::dedupe::state::now_ms();
                     for p in planned {
@@ -268,9 +289,6 @@ impl Sink {
                         }
                         out.staleness_ms
                             .extend(p.fresh.iter().map(|&(_, _, t)| (now - t).max(0) as f64));
-                        let windows: Vec<i64> = p.fresh.iter().map(|&(w, _, _)| w).collect();
-                        let n = p.fresh.iter().map(|&(_, d, _)| d).sum();
-                        self.audit(&job.item, &windows, n)?;
                         job.row = Some((p.next, p.top));
                         job.done = true;
                     }
@@ -325,16 +343,18 @@ fn plan(jobs: &mut [Job], stats: &mut SinkStats) -> Vec<Planned> {
 }
 
 impl Sink {
-    /// Records an applied write right after it applied, so a kill loses at most that line.
-    fn audit(&self, item: &str, windows: &[i64], n: i64) -> Result<()> {
+    /// Appends to the audit trail: `P<TAB>batch<TAB>item<TAB>w1,w2,..<TAB>delta` per planned
+    /// row before a batch is sent, then `A<TAB>batch` (applied) or `F<TAB>batch` (a condition
+    /// failed) once its answer is in. A batch with neither was in flight at a kill: it applied
+    /// or not, and the fence tells which, because a batch that did not apply is re-planned
+    /// with the same windows after the restart, and one that did is fenced off and never is.
+    fn audit(&self, text: &str) -> Result<()> {
         let Some(f) = &self.audit else { return Ok(()) };
         use std::io::Write;
-        let ws: Vec<String> = windows.iter().map(i64::to_string).collect();
-        // One write per line on an O_APPEND file: a kill leaves whole lines.
-        let line = format!("{item}\t{}\t{n}\n", ws.join(","));
+        // One write per call on an O_APPEND file: a kill leaves whole records.
         f.lock()
             .unwrap()
-            .write_all(line.as_bytes())
+            .write_all(text.as_bytes())
             .map_err(|e| Error::State(format!("audit log: {e}")))
     }
 }

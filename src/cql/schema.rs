@@ -198,7 +198,7 @@ mod tests {
         assert_eq!(
             edges.create_statement("ks"),
             "CREATE TABLE IF NOT EXISTS ks.edges (item_id text, bucket int, user_id text, \
-             state tinyint, op_id bigint, updated_at timestamp, epoch bigint, \
+             state tinyint, op_id bigint, updated_at timestamp, prev_at timestamp, epoch bigint, \
              PRIMARY KEY ((item_id, bucket), user_id))"
         );
         assert!(TABLES[2]

@@ -171,17 +171,62 @@ pub struct Audit {
 
 pub fn read_audit(path: &std::path::Path) -> Audit {
     let text = std::fs::read_to_string(path).unwrap_or_default();
+    // batch -> its planned rows (item, windows, delta); and the batches' outcomes.
+    let mut planned: BTreeMap<String, Vec<(String, Vec<i64>, i64)>> = BTreeMap::new();
+    let mut applied = HashSet::new();
+    let mut failed = HashSet::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        match f[0] {
+            "P" => {
+                let windows = f[3].split(',').map(|w| w.parse().unwrap()).collect();
+                planned.entry(f[1].to_string()).or_default().push((
+                    f[2].to_string(),
+                    windows,
+                    f[4].parse().unwrap(),
+                ));
+            }
+            "A" => {
+                applied.insert(f[1].to_string());
+            }
+            "F" => {
+                failed.insert(f[1].to_string());
+            }
+            other => panic!("unknown audit record {other:?}"),
+        }
+    }
+    let rows_of = |ids: &HashSet<String>| -> Vec<(String, Vec<i64>, i64)> {
+        ids.iter()
+            .flat_map(|b| planned.get(b).cloned().unwrap_or_default())
+            .collect()
+    };
+    let mut rows = rows_of(&applied);
+    // A batch cut off by a kill applied exactly when none of its (item, window) pairs was
+    // applied again later (a batch that did not apply is re-planned with the same windows).
+    let certain: HashSet<(String, i64)> = rows
+        .iter()
+        .flat_map(|(i, ws, _)| ws.iter().map(move |w| (i.clone(), *w)))
+        .collect();
+    for (b, batch_rows) in &planned {
+        if applied.contains(b) || failed.contains(b) {
+            continue;
+        }
+        let again = batch_rows
+            .iter()
+            .any(|(i, ws, _)| ws.iter().any(|w| certain.contains(&(i.clone(), *w))));
+        if !again {
+            rows.extend(batch_rows.iter().cloned());
+        }
+    }
     let mut seen = HashSet::new();
     let mut applied_pairs = 0;
     let mut sums = BTreeMap::new();
-    for line in text.lines() {
-        let mut f = line.split('\t');
-        let (item, windows, n) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
-        for w in windows.split(',') {
+    for (item, windows, n) in rows {
+        for w in windows {
             applied_pairs += 1;
-            seen.insert((item.to_string(), w.parse::<i64>().unwrap()));
+            seen.insert((item.clone(), w));
         }
-        *sums.entry(item.to_string()).or_insert(0) += n.parse::<i64>().unwrap();
+        *sums.entry(item).or_insert(0) += n;
     }
     Audit {
         applied_pairs,
