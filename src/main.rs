@@ -163,16 +163,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Api => cmd::stages::run_api(&settings, &topology).await?,
             Command::Relay => likes::api::relay_alone(&settings, &topology).await?,
             Command::Token { user, ttl } => {
-                if settings.api.session_key.len() < 32 {
-                    anyhow::bail!(
-                        "api.session_key must be at least 32 bytes (set LIKES__API__SESSION_KEY)"
-                    );
-                }
+                let signer = likes::api::auth::Signer::from_session_key(&settings.api.session_key)?;
                 if !likes::api::valid_id(&user) {
                     anyhow::bail!("--user must be 1-128 characters of A-Z a-z 0-9 _ - :");
                 }
                 let expires = likes::dedupe::state::now_ms() / 1000 + ttl.as_secs() as i64;
-                let signer = likes::api::auth::Signer::new(settings.api.session_key.as_bytes());
                 out(&signer.sign(&user, expires));
             }
             Command::Replay {

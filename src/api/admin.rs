@@ -67,12 +67,8 @@ pub async fn retract(
     )
     .await?;
     app.session
-        .query_unpaged(
-            format!(
-                "INSERT INTO {}.retractions (item_id, user_id, retracted_at, reason, request_key) \
-                 VALUES (?, ?, ?, ?, ?)",
-                app.settings.cql.keyspace
-            ),
+        .execute_unpaged(
+            &app.stmts.retraction_put,
             (
                 &r.item_id,
                 &r.user_id,

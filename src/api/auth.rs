@@ -37,6 +37,16 @@ impl Signer {
         Self { key: key.to_vec() }
     }
 
+    /// The signer of `api.session_key`, refused when the key is too short to be a secret.
+    pub fn from_session_key(key: &str) -> crate::error::Result<Self> {
+        if key.len() < 32 {
+            return Err(crate::error::Error::Config(
+                "api.session_key must be at least 32 bytes (set LIKES__API__SESSION_KEY)".into(),
+            ));
+        }
+        Ok(Self::new(key.as_bytes()))
+    }
+
     fn mac(&self, payload: &str) -> HmacSha256 {
         let mut mac = HmacSha256::new_from_slice(&self.key).expect("HMAC takes any key length");
         mac.update(payload.as_bytes());

@@ -52,11 +52,7 @@ pub struct App {
 impl App {
     /// Connects to CQL and Kafka and prepares the statements.
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Arc<Self>> {
-        if settings.api.session_key.len() < 32 {
-            return Err(Error::Config(
-                "api.session_key must be at least 32 bytes (set LIKES__API__SESSION_KEY)".into(),
-            ));
-        }
+        let signer = auth::Signer::from_session_key(&settings.api.session_key)?;
         let session = cql::connect(&settings.cql).await?;
         let stmts = write::Statements::prepare(&session, &settings.cql.keyspace).await?;
         let producer: FutureProducer = kafka::producer_config(&settings.kafka).create()?;
@@ -65,7 +61,7 @@ impl App {
             topology: topology.clone(),
             session,
             producer,
-            signer: auth::Signer::new(settings.api.session_key.as_bytes()),
+            signer,
             stmts,
             events_topic: settings.topic(&topology.topics.events.name),
         }))

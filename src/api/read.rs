@@ -9,7 +9,7 @@ use scylla::value::CqlTimestamp;
 use serde::Serialize;
 
 use super::error::ApiError;
-use super::write::read_edge;
+use super::write::{read_edge, LIKERS_CHUNK};
 use super::{check_id, Actor, App};
 use crate::hash;
 
@@ -32,13 +32,7 @@ pub async fn count(
     let shard = app.topology.counter_shard(&item);
     let rows = app
         .session
-        .query_unpaged(
-            format!(
-                "SELECT count, as_of FROM {}.like_counts WHERE shard = ? AND item_id = ?",
-                app.settings.cql.keyspace
-            ),
-            (shard, &item),
-        )
+        .execute_unpaged(&app.stmts.count_read, (shard, &item))
         .await?
         .into_rows_result()
         .map_err(crate::error::Error::from)?;
@@ -146,19 +140,12 @@ pub async fn likers(
         Some(c) => decode_cursor(c, buckets)
             .ok_or_else(|| ApiError::BadRequest("cursor is not one this API issued".into()))?,
     };
-    let ks = &app.settings.cql.keyspace;
     let mut users = Vec::with_capacity(limit);
     while bucket < buckets {
         // Read past unliked rows in chunks; the state is not a key, so it is filtered here.
         let rows = app
             .session
-            .query_unpaged(
-                format!(
-                    "SELECT user_id, state FROM {ks}.edges \
-                     WHERE item_id = ? AND bucket = ? AND user_id > ? LIMIT 200"
-                ),
-                (&item, bucket, &after),
-            )
+            .execute_unpaged(&app.stmts.likers_page, (&item, bucket, &after))
             .await?
             .into_rows_result()
             .map_err(crate::error::Error::from)?;
@@ -181,7 +168,7 @@ pub async fn likers(
                 }
             }
         }
-        if read < 200 {
+        if read < LIKERS_CHUNK {
             bucket += 1;
             after.clear();
         }

@@ -32,18 +32,12 @@ pub struct Pass {
 
 /// One pass over every outbox shard.
 pub async fn pass(app: &App, min_age: Duration) -> Result<Pass> {
-    let ks = &app.settings.cql.keyspace;
     let cutoff = now_ms() - min_age.as_millis() as i64;
     let mut done = Pass::default();
     for shard in 0..OUTBOX_SHARDS as i32 {
         let rows = app
             .session
-            .query_unpaged(
-                format!(
-                    "SELECT item_id, user_id, entry, created_at FROM {ks}.outbox WHERE shard = ?"
-                ),
-                (shard,),
-            )
+            .execute_unpaged(&app.stmts.outbox_scan, (shard,))
             .await?
             .into_rows_result()?;
         // Edge → its entries old enough to act on.

@@ -34,6 +34,9 @@ use crate::error::{Error, Result};
 use crate::hash;
 use crate::schema::v1::{EdgeState, LikeEvent, Source};
 
+/// Edges read per query while walking who-liked (unliked rows are skipped client-side).
+pub const LIKERS_CHUNK: usize = 200;
+
 /// Outbox partitions; the relay walks each.
 pub const OUTBOX_SHARDS: u32 = 16;
 
@@ -49,6 +52,7 @@ pub struct WriteAnswer {
     pub op_id: i64,
 }
 
+/// Every statement the API and the relay issue, prepared once at start.
 pub struct Statements {
     claim: PreparedStatement,
     answer: PreparedStatement,
@@ -59,6 +63,10 @@ pub struct Statements {
     edge_read: PreparedStatement,
     edge_insert: PreparedStatement,
     edge_update: PreparedStatement,
+    pub(crate) count_read: PreparedStatement,
+    pub(crate) likers_page: PreparedStatement,
+    pub(crate) outbox_scan: PreparedStatement,
+    pub(crate) retraction_put: PreparedStatement,
 }
 
 impl Statements {
@@ -113,6 +121,26 @@ impl Statements {
             edge_update: p(format!(
                 "UPDATE {ks}.edges SET state = ?, op_id = ?, updated_at = ?, prev_at = ? \
                  WHERE item_id = ? AND bucket = ? AND user_id = ? IF op_id = ?"
+            ))
+            .await?,
+            count_read: p(format!(
+                "SELECT count, as_of FROM {ks}.like_counts WHERE shard = ? AND item_id = ?"
+            ))
+            .await?,
+            likers_page: p(format!(
+                "SELECT user_id, state FROM {ks}.edges \
+                 WHERE item_id = ? AND bucket = ? AND user_id > ? LIMIT {LIKERS_CHUNK}"
+            ))
+            .await?,
+            // Bounded per pass; what is left waits for the next one.
+            outbox_scan: p(format!(
+                "SELECT item_id, user_id, entry, created_at FROM {ks}.outbox \
+                 WHERE shard = ? LIMIT 1000"
+            ))
+            .await?,
+            retraction_put: p(format!(
+                "INSERT INTO {ks}.retractions (item_id, user_id, retracted_at, reason, request_key) \
+                 VALUES (?, ?, ?, ?, ?)"
             ))
             .await?,
         };

@@ -255,26 +255,13 @@ impl Sink {
             out.stats.lwts += 1;
             // The audit trail records the batch before it is sent and its outcome after, so
             // a kill while it is in flight leaves it "unknown" rather than lost (see `audit`).
-            let batch_id = format!("{shard}-{:016x}", rand::random::<u64>());
-            let lines: Vec<String> = planned
-                .iter()
-                .map(|p| {
-                    let ws: Vec<String> = p.fresh.iter().map(|&(w, _, _)| w.to_string()).collect();
-                    let n: i64 = p.fresh.iter().map(|&(_, d, _)| d).sum();
-                    format!(
-                        "P\t{batch_id}\t{}\t{}\t{n}\n",
-                        jobs[p.job].item,
-                        ws.join(",")
-                    )
-                })
-                .collect();
-            self.audit(&lines.concat())?;
+            let audited = self.audit_planned(shard, jobs, &planned)?;
             let answer = self.session.batch(&batch, values).await?;
             let outcome = batch_answer(answer)?;
-            self.audit(&format!(
-                "{}\t{batch_id}\n",
-                if outcome.is_none() { "A" } else { "F" }
-            ))?;
+            if let Some(id) = audited {
+                let verdict = if outcome.is_none() { "A" } else { "F" };
+                self.audit(&format!("{verdict}\t{id}\n"))?;
+            }
             match outcome {
                 None => {
                     let now = crate::dedupe::state::now_ms();
@@ -348,6 +335,32 @@ impl Sink {
     /// failed) once its answer is in. A batch with neither was in flight at a kill: it applied
     /// or not, and the fence tells which, because a batch that did not apply is re-planned
     /// with the same windows after the restart, and one that did is fenced off and never is.
+    /// Records a batch's planned rows under a fresh batch id; None when auditing is off, so
+    /// the sink formats nothing then.
+    fn audit_planned(
+        &self,
+        shard: i32,
+        jobs: &[Job],
+        planned: &[Planned],
+    ) -> Result<Option<String>> {
+        if self.audit.is_none() {
+            return Ok(None);
+        }
+        let id = format!("{shard}-{:016x}", rand::random::<u64>());
+        let mut text = String::new();
+        for p in planned {
+            let ws: Vec<String> = p.fresh.iter().map(|&(w, _, _)| w.to_string()).collect();
+            let n: i64 = p.fresh.iter().map(|&(_, d, _)| d).sum();
+            text.push_str(&format!(
+                "P\t{id}\t{}\t{}\t{n}\n",
+                jobs[p.job].item,
+                ws.join(",")
+            ));
+        }
+        self.audit(&text)?;
+        Ok(Some(id))
+    }
+
     fn audit(&self, text: &str) -> Result<()> {
         let Some(f) = &self.audit else { return Ok(()) };
         use std::io::Write;
