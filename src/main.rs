@@ -91,6 +91,9 @@ enum BenchCommand {
         /// Seconds per loop.
         #[arg(long, default_value_t = 20)]
         seconds: u64,
+        /// Rounds of all four loops, interleaved; the report gives medians and min–max.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         #[arg(long, default_value_t = 42)]
         seed: u64,
         /// Where the JSON report goes.
@@ -219,16 +222,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     BenchCommand::Api {
                         rate,
                         seconds,
+                        rounds,
                         seed,
                         out: out_dir,
                     },
             } => {
-                if rate.is_nan() || rate <= 0.0 || seconds == 0 {
-                    anyhow::bail!("--rate and --seconds must be above 0");
+                if rate.is_nan() || rate <= 0.0 || seconds == 0 || rounds == 0 {
+                    anyhow::bail!("--rate, --seconds and --rounds must be above 0");
                 }
                 let args = cmd::bench_api::ApiBenchArgs {
                     rate,
                     seconds,
+                    rounds,
                     seed,
                     out: out_dir,
                 };

@@ -73,6 +73,26 @@ async fn write_path_idempotency_reads_and_bad_input() {
     let (_, liked) = client.get("carol", "/v1/items/item-3/likes/carol").await;
     assert_eq!(liked["liked"], json!(false), "the row stays UNLIKED");
 
+    // The flip aims its compare-and-set with a guess; a wrong guess must not decide. An
+    // unlike of an unliked edge and of an edge never liked are no-ops; a like of an
+    // unliked edge (its `IF NOT EXISTS` fails) flips from the row it is answered with.
+    let (_, again) = client.unlike("carol", "item-3", "unlike-2").await;
+    assert_eq!(
+        (again["changed"].clone(), again["opId"].clone()),
+        (json!(false), json!(2))
+    );
+    let (_, never) = client.unlike("carol", "item-9", "unlike-3").await;
+    assert_eq!(
+        (never["changed"].clone(), never["opId"].clone()),
+        (json!(false), json!(0))
+    );
+    let (s, relike) = client.like("carol", "item-3", "like-2").await;
+    assert_eq!(s, StatusCode::OK, "{relike}");
+    assert_eq!(
+        (relike["changed"].clone(), relike["opId"].clone()),
+        (json!(true), json!(3))
+    );
+
     // Bad input: a clear 4xx with a reason, and nothing changes.
     let t = client.token("dave");
     let cases: Vec<(reqwest::RequestBuilder, StatusCode, &str)> = vec![
@@ -356,6 +376,7 @@ async fn write_path_idempotency_reads_and_bad_input() {
         of(&events, "item-2", "bob"),
         of(&events, "item-3", "carol"),
         of(&events, "item-4", "dave"),
+        of(&events, "item-9", "carol"),
     ];
     assert_eq!(
         got[0],
@@ -365,10 +386,11 @@ async fn write_path_idempotency_reads_and_bad_input() {
     assert_eq!(got[1], vec![(1, true)], "16 concurrent likes: one event");
     assert_eq!(
         got[2],
-        vec![(1, true), (2, false)],
-        "stale retry: exactly two flips"
+        vec![(1, true), (2, false), (3, true)],
+        "stale retry: exactly two flips, then the new like's"
     );
     assert!(got[3].is_empty(), "refused requests publish nothing");
+    assert!(got[4].is_empty(), "a no-op unlike publishes nothing");
 
     fx::teardown(&settings, &topology).await;
 }

@@ -59,6 +59,7 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
             "idempotency",
             "like_counts",
             "outbox",
+            "outbox_floor",
             "retractions"
         ]
     );

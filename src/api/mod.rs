@@ -55,7 +55,12 @@ impl App {
         let signer = auth::Signer::from_session_key(&settings.api.session_key)?;
         let session = cql::connect(&settings.cql).await?;
         let stmts = write::Statements::prepare(&session, &settings.cql.keyspace).await?;
-        let producer: FutureProducer = kafka::producer_config(&settings.kafka).create()?;
+        write::init_outbox_floors(&session, &stmts).await?;
+        // Each write waits for its event's acknowledgement, so a batch lingers 1 ms, not the
+        // stages' 5: at 1,000 writes/s that still batches, and the median write is 4 ms faster.
+        let producer: FutureProducer = kafka::producer_config(&settings.kafka)
+            .set("linger.ms", "1")
+            .create()?;
         Ok(Arc::new(Self {
             settings: settings.clone(),
             topology: topology.clone(),

@@ -1,7 +1,10 @@
 //! `likes relay`: publishes the events a write could not (a crash or a broker error between
 //! the edge flip and the produce), so no flip is ever lost.
 //!
-//! Every outbox entry older than `min_age` (so requests in flight finish first) names an edge;
+//! Entries sit in (shard, minute) partitions; each shard's floor names the oldest minute that
+//! may still hold one, so a pass reads a few minutes, not the tombstones of every drained
+//! entry since the start. Every entry older than `min_age` (so requests in flight finish
+//! first) names an edge;
 //! the relay publishes that edge's current (op_id, state) and then deletes exactly the
 //! entries it read. An entry written meanwhile stays for the next pass. Publishing an edge
 //! whose event is already on the log is harmless: stage 1 drops it by op_id.
@@ -14,7 +17,7 @@ use std::time::Duration;
 use scylla::value::CqlTimestamp;
 use tracing::{info, warn};
 
-use super::write::{publish, read_edge, OUTBOX_SHARDS};
+use super::write::{outbox_minute, publish, read_edge, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
 use super::App;
 use crate::dedupe::state::now_ms;
 use crate::error::Result;
@@ -30,44 +33,101 @@ pub struct Pass {
     pub cleared: u64,
 }
 
-/// One pass over every outbox shard.
+/// A write puts its outbox entry within its own timeouts of the time its minute is taken
+/// from; a minute that ended longer ago than this takes no new entry, so once it is empty
+/// the floor may move past it for good.
+const SETTLE_MS: i64 = 120_000;
+
+/// One pass over every outbox shard, from its floor minute to the newest minute old enough.
 pub async fn pass(app: &App, min_age: Duration) -> Result<Pass> {
-    let cutoff = now_ms() - min_age.as_millis() as i64;
+    let now = now_ms();
+    let cutoff = now - min_age.as_millis() as i64;
+    let last = outbox_minute(cutoff);
+    let settled = outbox_minute(now - SETTLE_MS);
     let mut done = Pass::default();
     for shard in 0..OUTBOX_SHARDS as i32 {
-        let rows = app
+        let floor = app
             .session
-            .execute_unpaged(&app.stmts.outbox_scan, (shard,))
+            .execute_unpaged(&app.stmts.floor_read, (shard,))
             .await?
-            .into_rows_result()?;
-        // Edge → its entries old enough to act on.
-        let mut due: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-        for row in rows.rows::<(String, String, String, Option<CqlTimestamp>)>()? {
-            let (item, user, entry, at) = row?;
-            if at.map(|t| t.0).unwrap_or(0) <= cutoff {
-                due.entry((item, user)).or_default().push(entry);
-            }
+            .into_rows_result()?
+            .maybe_first_row::<(Option<i64>,)>()?
+            .and_then(|r| r.0);
+        let Some(floor) = floor else {
+            // No floor: no process of this version has written here yet.
+            continue;
+        };
+        let mut left = Vec::new();
+        for minute in floor..=last {
+            left.push((minute, drain(app, shard, minute, cutoff, &mut done).await?));
         }
-        for ((item, user), entries) in due {
-            let bucket = hash::bucket_of(&user, app.topology.buckets) as i32;
-            if let Some(edge) = read_edge(&app.session, &app.stmts, &item, bucket, &user).await? {
-                if edge.op_id > 0 {
-                    publish(app, &item, &user, bucket, &edge, Source::Relay)
-                        .await
-                        .map_err(|e| crate::error::Error::State(format!("{e:?}")))?;
-                    done.published += 1;
-                    info!(%item, %user, op_id = edge.op_id, "relay published a pending event");
-                }
-            }
-            for entry in entries {
-                app.session
-                    .execute_unpaged(&app.stmts.outbox_del, (shard, &item, &user, &entry))
-                    .await?;
-                done.cleared += 1;
-            }
+        let next = next_floor(floor, &left, settled);
+        if next > floor {
+            app.session
+                .execute_unpaged(&app.stmts.floor_set, (next, shard))
+                .await?;
         }
     }
     Ok(done)
+}
+
+/// The new floor: past every minute, from the old floor on without a gap, that has settled
+/// and was left empty by this pass.
+fn next_floor(floor: i64, left: &[(i64, usize)], settled: i64) -> i64 {
+    let mut next = floor;
+    for &(minute, remaining) in left {
+        if minute != next || minute >= settled || remaining > 0 {
+            break;
+        }
+        next = minute + 1;
+    }
+    next
+}
+
+/// Publishes and clears the due entries of one (shard, minute); returns how many entries may
+/// remain there (not yet due, or past this pass's read limit).
+async fn drain(app: &App, shard: i32, minute: i64, cutoff: i64, done: &mut Pass) -> Result<usize> {
+    let rows = app
+        .session
+        .execute_unpaged(&app.stmts.outbox_scan, (shard, minute))
+        .await?
+        .into_rows_result()?;
+    // Edge → its entries old enough to act on.
+    let mut due: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut read = 0;
+    let mut young = 0;
+    for row in rows.rows::<(String, String, String, Option<CqlTimestamp>)>()? {
+        let (item, user, entry, at) = row?;
+        read += 1;
+        if at.map(|t| t.0).unwrap_or(0) <= cutoff {
+            due.entry((item, user)).or_default().push(entry);
+        } else {
+            young += 1;
+        }
+    }
+    for ((item, user), entries) in due {
+        let bucket = hash::bucket_of(&user, app.topology.buckets) as i32;
+        if let Some(edge) = read_edge(&app.session, &app.stmts, &item, bucket, &user).await? {
+            if edge.op_id > 0 {
+                publish(app, &item, &user, bucket, &edge, Source::Relay)
+                    .await
+                    .map_err(|e| crate::error::Error::State(format!("{e:?}")))?;
+                done.published += 1;
+                info!(%item, %user, op_id = edge.op_id, "relay published a pending event");
+            }
+        }
+        for entry in entries {
+            app.session
+                .execute_unpaged(&app.stmts.outbox_del, (shard, minute, &item, &user, &entry))
+                .await?;
+            done.cleared += 1;
+        }
+    }
+    Ok(if read >= OUTBOX_SCAN_LIMIT {
+        read
+    } else {
+        young
+    })
 }
 
 /// Runs passes every `every` until `stop`; a failed pass is logged and retried.
@@ -80,5 +140,21 @@ pub async fn run(app: Arc<App>, every: Duration, min_age: Duration, stop: Arc<At
             Err(e) => warn!(error = %e, "relay pass failed; retrying"),
         }
         tokio::time::sleep(every).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_floor;
+
+    #[test]
+    fn the_floor_moves_only_past_settled_empty_minutes_without_a_gap() {
+        // Minutes 10..=14, settled below 13.
+        let empty = [(10, 0), (11, 0), (12, 0), (13, 0), (14, 0)];
+        assert_eq!(next_floor(10, &empty, 13), 13);
+        let busy = [(10, 0), (11, 2), (12, 0)];
+        assert_eq!(next_floor(10, &busy, 13), 11);
+        assert_eq!(next_floor(10, &[], 13), 10);
+        assert_eq!(next_floor(10, &[(10, 0)], 10), 10);
     }
 }

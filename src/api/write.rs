@@ -37,8 +37,28 @@ use crate::schema::v1::{EdgeState, LikeEvent, Source};
 /// Edges read per query while walking who-liked (unliked rows are skipped client-side).
 pub const LIKERS_CHUNK: usize = 200;
 
-/// Outbox partitions; the relay walks each.
+/// Outbox partitions per minute; the relay walks each.
 pub const OUTBOX_SHARDS: u32 = 16;
+
+/// Outbox entries the relay reads from one (shard, minute) per pass.
+pub const OUTBOX_SCAN_LIMIT: usize = 1000;
+
+/// The outbox partition minute of a time.
+pub fn outbox_minute(ms: i64) -> i64 {
+    ms.div_euclid(60_000)
+}
+
+/// Before any entry is written, every shard's floor exists, so the relay never starts past
+/// an entry. A floor already there (set by another process, maybe long ago) is kept.
+pub async fn init_outbox_floors(session: &Session, s: &Statements) -> Result<()> {
+    let start = outbox_minute(now_ms()) - 1;
+    for shard in 0..OUTBOX_SHARDS as i32 {
+        session
+            .execute_unpaged(&s.floor_init, (shard, start))
+            .await?;
+    }
+    Ok(())
+}
 
 /// The answer of a write, stored under its request key and replayed verbatim.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
@@ -61,11 +81,15 @@ pub struct Statements {
     pub(crate) outbox_del: PreparedStatement,
     release: PreparedStatement,
     edge_read: PreparedStatement,
+    edge_peek: PreparedStatement,
     edge_insert: PreparedStatement,
     edge_update: PreparedStatement,
     pub(crate) count_read: PreparedStatement,
     pub(crate) likers_page: PreparedStatement,
     pub(crate) outbox_scan: PreparedStatement,
+    pub(crate) floor_read: PreparedStatement,
+    pub(crate) floor_set: PreparedStatement,
+    floor_init: PreparedStatement,
     pub(crate) retraction_put: PreparedStatement,
 }
 
@@ -77,11 +101,11 @@ impl Statements {
                 .await
                 .map_err(|e| Error::Schema(format!("prepare {q}: {e}")))
         };
-        let mut edge_read = p(format!(
+        let edge_select = format!(
             "SELECT state, op_id, updated_at, prev_at FROM {ks}.edges \
              WHERE item_id = ? AND bucket = ? AND user_id = ?"
-        ))
-        .await?;
+        );
+        let mut edge_read = p(edge_select.clone()).await?;
         // The actor's own reads and the read before a flip see every committed LWT.
         edge_read.set_consistency(scylla::statement::Consistency::Serial);
         let mut s = Self {
@@ -90,9 +114,12 @@ impl Statements {
                  VALUES (?, ?, ?, 0, ?) IF NOT EXISTS"
             ))
             .await?,
+            // A plain write, not a third Paxos round: only the request that holds the claim
+            // writes `response`, and no conditional write sets that cell, so the claim's
+            // Paxos timestamp can never shadow it. A claim counts as answered once
+            // `response` is set (`status` stays the claim's 0).
             answer: p(format!(
-                "UPDATE {ks}.idempotency SET status = ?, response = ? \
-                 WHERE user_id = ? AND key = ? IF fingerprint = ?"
+                "UPDATE {ks}.idempotency SET response = ? WHERE user_id = ? AND key = ?"
             ))
             .await?,
             by_user: p(format!(
@@ -100,19 +127,22 @@ impl Statements {
             ))
             .await?,
             outbox_put: p(format!(
-                "INSERT INTO {ks}.outbox (shard, item_id, user_id, entry, created_at) \
-                 VALUES (?, ?, ?, ?, ?)"
+                "INSERT INTO {ks}.outbox (shard, minute, item_id, user_id, entry, created_at) \
+                 VALUES (?, ?, ?, ?, ?, ?)"
             ))
             .await?,
             outbox_del: p(format!(
-                "DELETE FROM {ks}.outbox WHERE shard = ? AND item_id = ? AND user_id = ? AND entry = ?"
+                "DELETE FROM {ks}.outbox \
+                 WHERE shard = ? AND minute = ? AND item_id = ? AND user_id = ? AND entry = ?"
             ))
             .await?,
             release: p(format!(
-                "DELETE FROM {ks}.idempotency WHERE user_id = ? AND key = ? IF status = 0"
+                "DELETE FROM {ks}.idempotency WHERE user_id = ? AND key = ? IF response = null"
             ))
             .await?,
             edge_read,
+            // A guess to aim the compare-and-set with: a stale guess only fails the CAS.
+            edge_peek: p(edge_select).await?,
             edge_insert: p(format!(
                 "INSERT INTO {ks}.edges (item_id, bucket, user_id, state, op_id, updated_at, epoch) \
                  VALUES (?, ?, ?, ?, 1, ?, 0) IF NOT EXISTS"
@@ -135,7 +165,19 @@ impl Statements {
             // Bounded per pass; what is left waits for the next one.
             outbox_scan: p(format!(
                 "SELECT item_id, user_id, entry, created_at FROM {ks}.outbox \
-                 WHERE shard = ? LIMIT 1000"
+                 WHERE shard = ? AND minute = ? LIMIT {OUTBOX_SCAN_LIMIT}"
+            ))
+            .await?,
+            floor_read: p(format!(
+                "SELECT minute FROM {ks}.outbox_floor WHERE shard = ?"
+            ))
+            .await?,
+            floor_set: p(format!(
+                "UPDATE {ks}.outbox_floor SET minute = ? WHERE shard = ?"
+            ))
+            .await?,
+            floor_init: p(format!(
+                "INSERT INTO {ks}.outbox_floor (shard, minute) VALUES (?, ?) IF NOT EXISTS"
             ))
             .await?,
             retraction_put: p(format!(
@@ -146,10 +188,10 @@ impl Statements {
         };
         for st in [
             &mut s.claim,
-            &mut s.answer,
             &mut s.release,
             &mut s.edge_insert,
             &mut s.edge_update,
+            &mut s.floor_init,
         ] {
             st.set_serial_consistency(Some(SerialConsistency::Serial));
         }
@@ -282,9 +324,7 @@ pub async fn write_as(
         if col("fingerprint") != Some(CqlValue::Blob(fp.clone())) {
             return Err(ApiError::KeyReused);
         }
-        if let (Some(CqlValue::Int(200)), Some(CqlValue::Text(stored))) =
-            (col("status"), col("response"))
-        {
+        if let Some(CqlValue::Text(stored)) = col("response") {
             return serde_json::from_str(&stored)
                 .map_err(|e| ApiError::Unavailable(format!("stored answer unreadable: {e}")));
         }
@@ -304,7 +344,7 @@ pub async fn write_as(
         liked,
         source,
     };
-    let done = act(app, &intent, key, &fp, now).await;
+    let done = act(app, &intent, key, now).await;
     if done.is_err() {
         // Let a retry with this key run now instead of waiting for the takeover; what was
         // done stays done (the flip is idempotent, the relay publishes a pending event).
@@ -326,7 +366,6 @@ async fn act(
     app: &App,
     intent: &Intent<'_>,
     key: &str,
-    fp: &[u8],
     now: i64,
 ) -> std::result::Result<WriteAnswer, ApiError> {
     let &Intent {
@@ -338,19 +377,28 @@ async fn act(
     let s = &app.stmts;
     let bucket = hash::bucket_of(user, app.topology.buckets) as i32;
     let shard = hash::partition_for(item.as_bytes(), OUTBOX_SHARDS) as i32;
+    let minute = outbox_minute(now);
     let entry = format!("{:016x}", rand::random::<u64>());
-    if liked {
-        // Before the flip: the erasure walk may see an extra, never miss one.
+    // Both before the flip (the erasure walk may see an extra edge, never miss one); they
+    // do not depend on each other, so they travel together.
+    let by_user = async {
+        if liked {
+            app.session
+                .execute_unpaged(&s.by_user, (user, item, CqlTimestamp(now)))
+                .await?;
+        }
+        Ok::<_, ApiError>(())
+    };
+    let outbox = async {
         app.session
-            .execute_unpaged(&s.by_user, (user, item, CqlTimestamp(now)))
+            .execute_unpaged(
+                &s.outbox_put,
+                (shard, minute, item, user, &entry, CqlTimestamp(now)),
+            )
             .await?;
-    }
-    app.session
-        .execute_unpaged(
-            &s.outbox_put,
-            (shard, item, user, &entry, CqlTimestamp(now)),
-        )
-        .await?;
+        Ok::<_, ApiError>(())
+    };
+    tokio::try_join!(by_user, outbox)?;
 
     // Layer 2: the compare-and-set flip.
     let (edge, flipped_from) = flip(&app.session, s, item, bucket, user, liked, now).await?;
@@ -360,10 +408,6 @@ async fn act(
         ));
         publish(app, item, user, bucket, &edge, source).await?;
     }
-    app.session
-        .execute_unpaged(&s.outbox_del, (shard, item, user, &entry))
-        .await?;
-
     let answer = WriteAnswer {
         item_id: item.to_string(),
         user_id: user.to_string(),
@@ -372,14 +416,32 @@ async fn act(
         op_id: edge.op_id,
     };
     let body = serde_json::to_string(&answer).expect("answers serialize");
-    app.session
-        .execute_unpaged(&s.answer, (200i32, body, user, key, fp))
-        .await?;
+    // The event is on the log, so neither waits for the other: a leftover outbox entry only
+    // makes the relay publish a harmless duplicate.
+    let clear = async {
+        app.session
+            .execute_unpaged(&s.outbox_del, (shard, minute, item, user, &entry))
+            .await?;
+        Ok::<_, ApiError>(())
+    };
+    let store = async {
+        app.session
+            .execute_unpaged(&s.answer, (body, user, key))
+            .await?;
+        Ok::<_, ApiError>(())
+    };
+    tokio::try_join!(clear, store)?;
     Ok(answer)
 }
 
-/// Reads the edge and flips it to `liked` unless it already is. Returns the edge as it now
-/// is and whether this call flipped it.
+/// Flips the edge to `liked` unless it already is. Returns the edge as it now is and
+/// whether this call flipped it.
+///
+/// The compare-and-set is aimed with a guess (a like guesses "no row yet", an unlike reads
+/// the edge without Paxos), so the common request costs one Paxos round, not a SERIAL read
+/// and then a write. A wrong guess only fails the CAS, whose answer (or a SERIAL read) then
+/// tells the truth. "Already in that state, do nothing" is decided only on a linearizable
+/// view of the edge, never on the guess.
 async fn flip(
     session: &Session,
     s: &Statements,
@@ -394,14 +456,24 @@ async fn flip(
     } else {
         EdgeState::Unliked
     } as i8;
+    let mut seen = if liked {
+        None
+    } else {
+        query_edge(session, &s.edge_peek, item, bucket, user).await?
+    };
+    let mut certain = false;
     for _attempt in 0..16 {
-        let current = read_edge(session, s, item, bucket, user).await?;
-        let already = match current {
+        let already = match seen {
             Some(e) => e.liked == liked,
             None => !liked,
         };
         if already {
-            let e = current.unwrap_or(Edge {
+            if !certain {
+                seen = read_edge(session, s, item, bucket, user).await?;
+                certain = true;
+                continue;
+            }
+            let e = seen.unwrap_or(Edge {
                 liked: false,
                 op_id: 0,
                 updated_at_ms: 0,
@@ -409,7 +481,7 @@ async fn flip(
             });
             return Ok((e, false));
         }
-        let result = match current {
+        let result = match seen {
             None => {
                 session
                     .execute_unpaged(
@@ -436,23 +508,54 @@ async fn flip(
                     .await?
             }
         };
-        if not_applied(result)?.is_none() {
-            let op_id = current.map(|e| e.op_id).unwrap_or(0) + 1;
+        let Some(existing) = not_applied(result)? else {
             return Ok((
                 Edge {
                     liked,
-                    op_id,
+                    op_id: seen.map(|e| e.op_id).unwrap_or(0) + 1,
                     updated_at_ms: now,
-                    prev_at_ms: current.map(|e| e.updated_at_ms).unwrap_or(0),
+                    prev_at_ms: seen.map(|e| e.updated_at_ms).unwrap_or(0),
                 },
                 true,
             ));
-        }
-        // Someone else flipped it between our read and our write: read again.
+        };
+        // A failed INSERT IF NOT EXISTS answers with the whole row as Paxos saw it; a failed
+        // UPDATE IF only with op_id, so the rest is read at SERIAL.
+        seen = match (seen, edge_of_columns(&existing)) {
+            (None, Some(row)) => Some(row),
+            _ => read_edge(session, s, item, bucket, user).await?,
+        };
+        certain = true;
     }
     Err(ApiError::Unavailable(
         "the edge kept changing under this request; retry".into(),
     ))
+}
+
+/// The edge in a failed `INSERT ... IF NOT EXISTS`'s answer (None without a state column).
+fn edge_of_columns(cols: &Columns) -> Option<Edge> {
+    let col = |n: &str| {
+        cols.iter()
+            .find(|(k, _)| k == n)
+            .and_then(|(_, v)| v.as_ref())
+    };
+    let ms = |n: &str| match col(n) {
+        Some(CqlValue::Timestamp(t)) => t.0,
+        _ => 0,
+    };
+    let state = match col("state")? {
+        CqlValue::TinyInt(v) => *v,
+        _ => return None,
+    };
+    Some(Edge {
+        liked: state == EdgeState::Liked as i8,
+        op_id: match col("op_id") {
+            Some(CqlValue::BigInt(v)) => *v,
+            _ => 0,
+        },
+        updated_at_ms: ms("updated_at"),
+        prev_at_ms: ms("prev_at"),
+    })
 }
 
 /// The edge at SERIAL consistency: every committed flip is visible.
@@ -463,8 +566,18 @@ pub async fn read_edge(
     bucket: i32,
     user: &str,
 ) -> Result<Option<Edge>> {
+    query_edge(session, &s.edge_read, item, bucket, user).await
+}
+
+async fn query_edge(
+    session: &Session,
+    statement: &PreparedStatement,
+    item: &str,
+    bucket: i32,
+    user: &str,
+) -> Result<Option<Edge>> {
     let rows = session
-        .execute_unpaged(&s.edge_read, (item, bucket, user))
+        .execute_unpaged(statement, (item, bucket, user))
         .await?
         .into_rows_result()?;
     type Stored = (

@@ -1,14 +1,17 @@
 //! `likes bench api`: like/unlike load over loopback against `likes api` (a child process on
-//! the real stack), open loop at a fixed rate, next to two baselines run the same way in the
-//! same run against the same Cassandra:
+//! the real stack), open loop at a fixed rate, next to three baselines run the same way,
+//! interleaved in each round, against the same Cassandra:
 //!
 //! - the write path called in process (the same CQL and produce, no HTTP, JSON or auth):
 //!   the ratio API / in-process is the API's own overhead;
-//! - a bare LWT loop (one `INSERT ... IF NOT EXISTS` per write): the ratio API / bare LWT is
-//!   what the three layers of idempotency cost.
+//! - the LWT floor: the two conditional writes every write needs by DESIGN.md (the request
+//!   key's claim, then the edge's flip), back to back, nothing else;
+//! - a bare LWT loop (one `INSERT ... IF NOT EXISTS` per write).
 //!
 //! Open loop: each request is sent at its scheduled time whatever the latency of earlier
 //! ones, and latency counts from that scheduled time, so a stall shows up in the figures.
+//! Cassandra's CPU time per completed write is read from /proc for each loop: on a shared
+//! 2-core box it says where the capacity goes.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -20,7 +23,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use super::bench::{drop_namespace, stop, StageProc};
+use super::bench::{cpu_seconds, drop_namespace, stop, StageProc};
 use crate::api::{self, auth::Signer};
 use crate::config::Settings;
 use crate::error::{Error, Result};
@@ -31,6 +34,7 @@ use crate::{cmd, cql};
 pub struct ApiBenchArgs {
     pub rate: f64,
     pub seconds: u64,
+    pub rounds: usize,
     pub seed: u64,
     pub out: PathBuf,
 }
@@ -43,22 +47,88 @@ pub struct Latency {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub p999_ms: f64,
+    /// Cassandra's CPU milliseconds per completed write during the loop (NaN when its pid
+    /// file is not found).
+    pub cassandra_cpu_ms: f64,
+}
+
+/// One round: each loop once.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct Round {
+    pub api: Latency,
+    pub in_process: Latency,
+    pub lwt_floor: Latency,
+    pub bare_lwt: Latency,
+}
+
+/// The loops, in the order a round runs them, with their names in the report.
+const LOOPS: [&str; 4] = [
+    "API over loopback",
+    "write path in process",
+    "LWT floor (claim + flip)",
+    "bare LWT",
+];
+
+impl Round {
+    fn loops(&self) -> [&Latency; 4] {
+        [&self.api, &self.in_process, &self.lwt_floor, &self.bare_lwt]
+    }
 }
 
 #[derive(Debug, Default, Serialize)]
 pub struct ApiBenchReport {
     pub offered_per_s: f64,
     pub seconds: u64,
-    pub api: Latency,
-    pub in_process: Latency,
-    pub bare_lwt: Latency,
-    /// API p50 / in-process p50: HTTP, JSON and auth (the median is steadier than the p99
-    /// on a shared 2-core box).
+    pub rounds: Vec<Round>,
+    /// Each figure's median over the rounds.
+    pub median: Round,
+    /// API p50 / in-process p50 (medians): HTTP, JSON and auth.
     pub overhead_ratio_p50: f64,
-    /// API p99 / in-process p99.
-    pub overhead_ratio_p99: f64,
-    /// API p99 / bare LWT p99: the whole write path against one conditional write.
+    /// API p99 / LWT floor p99 (medians): what the API adds to the design's two LWTs.
+    pub vs_lwt_floor_p99: f64,
+    /// API p99 / bare LWT p99 (medians).
     pub vs_bare_lwt_p99: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+fn spread(v: impl Iterator<Item = f64>) -> (f64, f64) {
+    v.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    })
+}
+
+impl ApiBenchReport {
+    fn summarize(&mut self) {
+        let pick = |f: fn(&Round) -> &Latency| {
+            let of = |g: fn(&Latency) -> f64| median(self.rounds.iter().map(|r| g(f(r))).collect());
+            Latency {
+                achieved_per_s: of(|l| l.achieved_per_s),
+                errors: of(|l| l.errors as f64) as u64,
+                p50_ms: of(|l| l.p50_ms),
+                p99_ms: of(|l| l.p99_ms),
+                p999_ms: of(|l| l.p999_ms),
+                cassandra_cpu_ms: of(|l| l.cassandra_cpu_ms),
+            }
+        };
+        self.median = Round {
+            api: pick(|r| &r.api),
+            in_process: pick(|r| &r.in_process),
+            lwt_floor: pick(|r| &r.lwt_floor),
+            bare_lwt: pick(|r| &r.bare_lwt),
+        };
+        let m = &self.median;
+        self.overhead_ratio_p50 = m.api.p50_ms / m.in_process.p50_ms;
+        self.vs_lwt_floor_p99 = m.api.p99_ms / m.lwt_floor.p99_ms;
+        self.vs_bare_lwt_p99 = m.api.p99_ms / m.bare_lwt.p99_ms;
+    }
 }
 
 /// One operation of the mix: (user, item, like?) with a fresh or a retried request key.
@@ -97,6 +167,7 @@ fn figures(mut lat: Vec<f64>, errors: u64, elapsed: Duration) -> Latency {
         p50_ms: q(0.5),
         p99_ms: q(0.99),
         p999_ms: q(0.999),
+        cassandra_cpu_ms: f64::NAN,
     }
 }
 
@@ -106,6 +177,8 @@ where
     F: Fn(u64) -> Fut,
     Fut: std::future::Future<Output = bool> + Send + 'static,
 {
+    let cassandra = cassandra_pid();
+    let cpu_before = cassandra.map(cpu_seconds);
     let n = (rate * seconds as f64) as u64;
     let lat = Arc::new(Mutex::new(Vec::with_capacity(n as usize)));
     let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -131,11 +204,29 @@ where
     }
     let elapsed = started.elapsed();
     let lat = std::mem::take(&mut *lat.lock().await);
-    figures(
+    let done = lat.len().max(1) as f64;
+    let mut l = figures(
         lat,
         errors.load(std::sync::atomic::Ordering::Relaxed),
         elapsed,
-    )
+    );
+    l.cassandra_cpu_ms = match (cassandra, cpu_before) {
+        (Some(pid), Some(before)) => (cpu_seconds(pid) - before) * 1000.0 / done,
+        _ => f64::NAN,
+    };
+    l
+}
+
+/// The Cassandra that `make up` started, from its pid file (as stack/stack.sh places it).
+fn cassandra_pid() -> Option<u32> {
+    let dir = std::env::var_os("LIKES_STACK_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("LIKES_CACHE").map(|c| PathBuf::from(c).join("stack")))
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/likes/stack"))
+        })?;
+    let pid = std::fs::read_to_string(dir.join("cassandra.pid")).ok()?;
+    pid.trim().parse().ok()
 }
 
 pub async fn run(
@@ -163,49 +254,33 @@ pub async fn run(
         ..Default::default()
     };
 
-    // 1. Bare LWT loop.
-    let bare = Arc::new(
-        session
-            .prepare(format!(
-                "INSERT INTO {}.edges (item_id, bucket, user_id, state, op_id, updated_at, epoch) \
-                 VALUES (?, 0, ?, 1, 1, toTimestamp(now()), 0) IF NOT EXISTS",
-                settings.cql.keyspace
-            ))
-            .await
-            .map_err(|e| Error::Schema(format!("prepare the bare LWT: {e}")))?,
-    );
-    report.bare_lwt = open_loop(args.rate, args.seconds, |i| {
-        let (s, st) = (session.clone(), bare.clone());
+    let ks = &settings.cql.keyspace;
+    let prepare = |q: String| {
+        let session = session.clone();
         async move {
-            s.execute_unpaged(&st, (format!("bare-{}", i % 10_000), format!("b{i}")))
+            session
+                .prepare(q)
                 .await
-                .is_ok()
+                .map(Arc::new)
+                .map_err(|e| Error::Schema(format!("prepare a bench LWT: {e}")))
         }
-    })
-    .await;
-    eprintln!("bench api: bare LWT {:?}", report.bare_lwt);
-
-    // 2. The write path in process.
+    };
+    let edge_lwt = prepare(format!(
+        "INSERT INTO {ks}.edges (item_id, bucket, user_id, state, op_id, updated_at, epoch) \
+         VALUES (?, 0, ?, 1, 1, toTimestamp(now()), 0) IF NOT EXISTS"
+    ))
+    .await?;
+    let claim_lwt = prepare(format!(
+        "INSERT INTO {ks}.idempotency (user_id, key, fingerprint, status, created_at) \
+         VALUES (?, ?, 0x00, 0, toTimestamp(now())) IF NOT EXISTS"
+    ))
+    .await?;
     let app = api::App::connect(&settings, topology).await?;
     let mix = Arc::new(Mutex::new(Mix {
         rng: StdRng::seed_from_u64(args.seed),
         next_user: 0,
         liked: Vec::new(),
     }));
-    report.in_process = open_loop(args.rate, args.seconds, |i| {
-        let (app, mix) = (app.clone(), mix.clone());
-        async move {
-            let (user, item, like) = mix.lock().await.next();
-            let user = format!("p{user}");
-            api::write::write(&app, &user, &item, like, &format!("k{i}"))
-                .await
-                .is_ok()
-        }
-    })
-    .await;
-    eprintln!("bench api: in process {:?}", report.in_process);
-
-    // 3. The API over loopback, as a child process.
     let mut child = spawn_api(&settings, &dir)?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
@@ -215,34 +290,72 @@ pub async fn run(
     wait_ready(&http, &url).await?;
     let signer = Arc::new(Signer::new(settings.api.session_key.as_bytes()));
     let expires = stamp / 1000 + 3600;
-    report.api = open_loop(args.rate, args.seconds, |i| {
-        let (http, mix, url, signer) = (http.clone(), mix.clone(), url.clone(), signer.clone());
-        async move {
-            let (user, item, like) = mix.lock().await.next();
-            let token = signer.sign(&user, expires);
-            let req = if like {
-                http.post(format!("{url}/v1/items/{item}/likes"))
-            } else {
-                http.delete(format!("{url}/v1/items/{item}/likes/{user}"))
-            };
-            match req
-                .bearer_auth(token)
-                .header("Idempotency-Key", format!("h{i}"))
-                .send()
-                .await
-            {
-                Ok(r) => r.status().is_success(),
-                Err(_) => false,
-            }
-        }
-    })
-    .await;
-    eprintln!("bench api: api {:?}", report.api);
-    stop(&mut child);
 
-    report.overhead_ratio_p50 = report.api.p50_ms / report.in_process.p50_ms;
-    report.overhead_ratio_p99 = report.api.p99_ms / report.in_process.p99_ms;
-    report.vs_bare_lwt_p99 = report.api.p99_ms / report.bare_lwt.p99_ms;
+    for round in 0..args.rounds {
+        let tag = format!("r{round}");
+        let mut r = Round::default();
+        r.api = open_loop(args.rate, args.seconds, |i| {
+            let (http, mix, url, signer) = (http.clone(), mix.clone(), url.clone(), signer.clone());
+            let key = format!("h{tag}-{i}");
+            async move {
+                let (user, item, like) = mix.lock().await.next();
+                let token = signer.sign(&user, expires);
+                let req = if like {
+                    http.post(format!("{url}/v1/items/{item}/likes"))
+                } else {
+                    http.delete(format!("{url}/v1/items/{item}/likes/{user}"))
+                };
+                match req
+                    .bearer_auth(token)
+                    .header("Idempotency-Key", key)
+                    .send()
+                    .await
+                {
+                    Ok(r) => r.status().is_success(),
+                    Err(_) => false,
+                }
+            }
+        })
+        .await;
+        r.in_process = open_loop(args.rate, args.seconds, |i| {
+            let (app, mix) = (app.clone(), mix.clone());
+            let key = format!("k{tag}-{i}");
+            async move {
+                let (user, item, like) = mix.lock().await.next();
+                api::write::write(&app, &user, &item, like, &key)
+                    .await
+                    .is_ok()
+            }
+        })
+        .await;
+        r.lwt_floor = open_loop(args.rate, args.seconds, |i| {
+            let (s, claim, edge) = (session.clone(), claim_lwt.clone(), edge_lwt.clone());
+            let (user, key) = (format!("f{tag}-{i}"), format!("fk{tag}-{i}"));
+            async move {
+                s.execute_unpaged(&claim, (&user, key)).await.is_ok()
+                    && s.execute_unpaged(&edge, (format!("floor-{}", i % 10_000), &user))
+                        .await
+                        .is_ok()
+            }
+        })
+        .await;
+        r.bare_lwt = open_loop(args.rate, args.seconds, |i| {
+            let (s, st) = (session.clone(), edge_lwt.clone());
+            let (item, user) = (format!("bare-{}", i % 10_000), format!("b{tag}-{i}"));
+            async move { s.execute_unpaged(&st, (item, user)).await.is_ok() }
+        })
+        .await;
+        for (name, l) in LOOPS.iter().zip(r.loops()) {
+            eprintln!(
+                "bench api: round {}/{}: {name}: {l:?}",
+                round + 1,
+                args.rounds
+            );
+        }
+        report.rounds.push(r);
+    }
+    stop(&mut child);
+    report.summarize();
     drop_namespace(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&args.out).map_err(|e| Error::State(e.to_string()))?;
@@ -302,23 +415,26 @@ async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<()> {
 
 impl std::fmt::Display for ApiBenchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "| loop at {:.0} writes/s offered, {} s | achieved/s | errors | p50 ms | p99 ms | p999 ms |", self.offered_per_s, self.seconds)?;
-        writeln!(f, "|---|---|---|---|---|---|")?;
-        for (name, l) in [
-            ("API over loopback", &self.api),
-            ("write path in process", &self.in_process),
-            ("bare LWT", &self.bare_lwt),
-        ] {
+        writeln!(
+            f,
+            "| loop at {:.0} writes/s offered, {} s, median of {} | achieved/s | errors | p50 ms | p99 ms (min–max) | p999 ms | Cassandra CPU ms/write |",
+            self.offered_per_s,
+            self.seconds,
+            self.rounds.len()
+        )?;
+        writeln!(f, "|---|---|---|---|---|---|---|")?;
+        for (k, (name, l)) in LOOPS.iter().zip(self.median.loops()).enumerate() {
+            let (lo, hi) = spread(self.rounds.iter().map(|r| r.loops()[k].p99_ms));
             writeln!(
                 f,
-                "| {name} | {:.0} | {} | {:.1} | {:.1} | {:.1} |",
-                l.achieved_per_s, l.errors, l.p50_ms, l.p99_ms, l.p999_ms
+                "| {name} | {:.0} | {} | {:.1} | {:.1} ({lo:.1}–{hi:.1}) | {:.1} | {:.2} |",
+                l.achieved_per_s, l.errors, l.p50_ms, l.p99_ms, l.p999_ms, l.cassandra_cpu_ms
             )?;
         }
         write!(
             f,
-            "\noverhead ratio API / in-process: p50 {:.2}, p99 {:.2}; API / bare LWT (p99): {:.2}",
-            self.overhead_ratio_p50, self.overhead_ratio_p99, self.vs_bare_lwt_p99
+            "\nAPI / in-process p50: {:.2}; API / LWT floor p99: {:.2}; API / bare LWT p99: {:.2}",
+            self.overhead_ratio_p50, self.vs_lwt_floor_p99, self.vs_bare_lwt_p99
         )
     }
 }

@@ -66,17 +66,28 @@ pub const TABLES: &[TableSpec] = &[
     },
     TableSpec {
         name: "outbox",
+        // Partitioned by minute as well: a drained entry leaves a tombstone, and the relay
+        // scans only minutes that may still hold live entries, never a day of tombstones.
         columns: &[
             ("shard", "int"),
+            ("minute", "bigint"),
             ("item_id", "text"),
             ("user_id", "text"),
             ("entry", "text"),
             ("created_at", "timestamp"),
         ],
-        partition_key: &["shard"],
+        partition_key: &["shard", "minute"],
         clustering: &["item_id", "user_id", "entry"],
         options: "",
         purpose: "edges whose event may not be published yet; drained by the relay",
+    },
+    TableSpec {
+        name: "outbox_floor",
+        columns: &[("shard", "int"), ("minute", "bigint")],
+        partition_key: &["shard"],
+        clustering: &[],
+        options: "",
+        purpose: "per outbox shard, the oldest minute that may hold an entry; the relay starts there",
     },
     TableSpec {
         name: "retractions",
