@@ -48,11 +48,8 @@ bench-topology: up ## Benchmark the topology (release build; BENCH_EVENTS=100000
 	$(CARGO) build --release --bin likes
 	$(CARGO_TARGET_DIR)/release/likes bench topology --events $${BENCH_EVENTS:-1000000}
 
-demo: up build ## The main job: stack up, schema and topics in place (the pipeline comes with later issues)
-	$(LIKES) migrate
-	$(LIKES) topics
-	@echo
-	@echo "demo: stack up, keyspace and topics ready. Logs: $(LIKES_CACHE)/stack/logs. Stop with: make down"
+demo: up build ## The main job: api + relay + both stages under load, a viral burst, kill -9 of count, the verdict
+	$(LIKES) demo
 
 test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts the stack)
 	$(CARGO) test --all-targets --features failpoints --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \

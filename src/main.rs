@@ -61,6 +61,48 @@ enum Command {
         #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
         ttl: std::time::Duration,
     },
+    /// Open-loop like/unlike load on `likes api` (or, with --kafka, LikeEvents straight to
+    /// the events topic): zipf items, a viral item, unlikes and retries; prints the achieved
+    /// rate and latency percentiles.
+    Loadgen {
+        /// Requests a second, held whatever the latency (open loop).
+        #[arg(long, default_value_t = 200.0)]
+        rate: f64,
+        /// How long to run.
+        #[arg(long, default_value_t = 30.0)]
+        seconds: f64,
+        /// Distinct items, drawn by zipf (s = 1).
+        #[arg(long, default_value_t = 1000)]
+        items: u32,
+        /// Share of likes that go to the one viral item.
+        #[arg(long, default_value_t = 0.05)]
+        viral_share: f64,
+        /// Share of requests that unlike an earlier like.
+        #[arg(long, default_value_t = 0.1)]
+        unlike_share: f64,
+        /// Share of requests that resend an earlier request with its own key.
+        #[arg(long, default_value_t = 0.05)]
+        retry_share: f64,
+        /// The API's base URL (default: http:// + api.listen).
+        #[arg(long)]
+        url: Option<String>,
+        /// Produce LikeEvents to the events topic instead of calling the API.
+        #[arg(long)]
+        kafka: bool,
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+    },
+    /// The 60-second scenario of `make demo`: api, relay and both stages as processes, steady
+    /// load, a viral burst, kill -9 of the count stage and its restart, a live view, and the
+    /// verdict (counted vs the edges). The processes stay up for a look; `make down` stops all.
+    Demo {
+        /// Seconds of load.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Steady requests a second (the burst doubles it).
+        #[arg(long, default_value_t = 150.0)]
+        rate: f64,
+    },
     /// Benchmarks (run on their own topics and keyspace; see README "Performance").
     Bench {
         #[command(subcommand)]
@@ -165,6 +207,57 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Topology => cmd::stages::run_topology(&settings, &topology).await?,
             Command::Api => cmd::stages::run_api(&settings, &topology).await?,
             Command::Relay => likes::api::relay_alone(&settings, &topology).await?,
+            Command::Loadgen {
+                rate,
+                seconds,
+                items,
+                viral_share,
+                unlike_share,
+                retry_share,
+                url,
+                kafka,
+                seed,
+            } => {
+                let shares = [viral_share, unlike_share, retry_share];
+                if !(rate > 0.0 && seconds > 0.0 && items > 0)
+                    || shares.iter().any(|s| !(0.0..=1.0).contains(s))
+                {
+                    anyhow::bail!(
+                        "--rate, --seconds and --items must be above 0 and every share in 0..=1"
+                    );
+                }
+                let target = if kafka {
+                    cmd::loadgen::Target::kafka(&settings, &topology)?
+                } else {
+                    let url = url.unwrap_or_else(|| format!("http://{}", settings.api.listen));
+                    cmd::loadgen::Target::http(&settings, &url)?
+                };
+                let mut mix = cmd::loadgen::Mix::new(cmd::loadgen::MixArgs {
+                    items,
+                    viral_share,
+                    unlike_share,
+                    retry_share,
+                    seed,
+                    run_id: format!("lg{}", likes::dedupe::state::now_ms()),
+                });
+                let phases = [cmd::loadgen::Phase {
+                    name: "steady".into(),
+                    seconds,
+                    rate,
+                    viral_share,
+                }];
+                let live = std::sync::Arc::new(cmd::loadgen::Live::default());
+                let started = std::time::Instant::now();
+                cmd::loadgen::drive(std::sync::Arc::new(target), &mut mix, &phases, live.clone())
+                    .await;
+                out(&cmd::loadgen::Summary::of(&live, started.elapsed()).to_string());
+            }
+            Command::Demo { seconds, rate } => {
+                let verdict = cmd::demo::run(&settings, &topology, seconds, rate).await?;
+                if !verdict {
+                    anyhow::bail!("demo: the counts did not match the edges (see the table above)");
+                }
+            }
             Command::Token { user, ttl } => {
                 let signer = likes::api::auth::Signer::from_session_key(&settings.api.session_key)?;
                 if !likes::api::valid_id(&user) {

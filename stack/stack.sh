@@ -226,14 +226,33 @@ up() {
   say "up in $((SECONDS - started)) s: kafka 127.0.0.1:$KAFKA_PORT, cql 127.0.0.1:$CQL_PORT; logs under $STATE/logs"
 }
 
+# The processes `make demo` leaves up for a look (pid files under $STATE/demo), stopped
+# first so nothing is left talking to a stack that goes away. A pid counts only while it
+# still runs `likes`.
+stop_demo() {
+  local f pid
+  for f in "$STATE"/demo/*.pid; do
+    [[ -f "$f" ]] || continue
+    pid="$(cat "$f")"
+    if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q likes; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+      kill -KILL "$pid" 2>/dev/null || true
+      say "stopped demo $(basename "$f" .pid) (pid $pid)"
+    fi
+    rm -f "$f"
+  done
+}
+
 down() {
+  stop_demo
   stop_one kafka
   stop_one cassandra
 }
 
 reset() {
   down
-  rm -rf "$STATE/kafka" "$STATE/cassandra"
+  rm -rf "$STATE/kafka" "$STATE/cassandra" "$STATE/demo"
   say "wiped kafka and cassandra data under $STATE"
 }
 

@@ -81,10 +81,10 @@ pub struct BenchReport {
 }
 
 /// Zipf(s = 1) over `n` items by inverse CDF.
-struct Zipf(Vec<f64>);
+pub(crate) struct Zipf(Vec<f64>);
 
 impl Zipf {
-    fn new(n: u32) -> Self {
+    pub(crate) fn new(n: u32) -> Self {
         let mut acc = 0.0;
         let cdf = (1..=n)
             .map(|k| {
@@ -95,7 +95,7 @@ impl Zipf {
         let total = acc;
         Zipf(cdf.into_iter().map(|c| c / total).collect())
     }
-    fn sample(&self, rng: &mut StdRng) -> usize {
+    pub(crate) fn sample(&self, rng: &mut StdRng) -> usize {
         let u: f64 = rng.random();
         self.0.partition_point(|&c| c < u).min(self.0.len() - 1)
     }
@@ -230,7 +230,7 @@ fn raw_consume(settings: &Settings, topic: &str, partitions: i32, expected: u64)
 }
 
 /// GET /metrics from a stage.
-fn scrape(port: u16) -> HashMap<String, f64> {
+pub(crate) fn scrape(port: u16) -> HashMap<String, f64> {
     let mut out = HashMap::new();
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return out;
@@ -250,7 +250,7 @@ fn scrape(port: u16) -> HashMap<String, f64> {
 }
 
 /// Cumulative bucket counts of histogram `name`, by upper bound.
-fn buckets(metrics: &HashMap<String, f64>, name: &str) -> Vec<(f64, f64)> {
+pub(crate) fn buckets(metrics: &HashMap<String, f64>, name: &str) -> Vec<(f64, f64)> {
     let prefix = format!("{name}_bucket{{le=\"");
     let mut v: Vec<(f64, f64)> = metrics
         .iter()
@@ -269,7 +269,7 @@ fn buckets(metrics: &HashMap<String, f64>, name: &str) -> Vec<(f64, f64)> {
 }
 
 /// A quantile from cumulative buckets (linear within the bucket).
-fn quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
+pub(crate) fn quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
     let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
     if total == 0.0 {
         return f64::NAN;

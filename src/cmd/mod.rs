@@ -3,6 +3,8 @@
 
 pub mod bench;
 pub mod bench_api;
+pub mod demo;
+pub mod loadgen;
 pub mod migrate;
 pub mod replay;
 pub mod stages;

@@ -1,0 +1,512 @@
+//! `likes demo` (`make demo`): the whole system on the local stack, for a newcomer to watch.
+//!
+//! `likes api` (with the relay), `likes dedupe` and `likes count` start as processes of their
+//! own, exactly as deployed. Load comes through the HTTP API: steady, then a viral burst, then
+//! steady again; during the burst the count stage is killed with SIGKILL and restarted. A
+//! live view shows requests and events a second, staleness at the sink and the top items with
+//! their count and asOf. At the end the counts of the top items are compared with the edges
+//! (the LIKED rows in `edges`, the source of truth) once the pipeline has caught up, and the
+//! verdict is printed. The processes stay up for a look; `make down` stops them and the stack.
+
+use std::io::{IsTerminal, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::value::CqlTimestamp;
+
+use super::bench::{buckets, quantile, scrape};
+use super::loadgen::{self, Live, Mix, MixArgs, Phase, Target, VIRAL_ITEM};
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::topology::Topology;
+use crate::{cmd, cql, metrics as m};
+
+const API_METRICS: u16 = 9464;
+const DEDUPE_METRICS: u16 = 9465;
+const COUNT_METRICS: u16 = 9466;
+/// How long the pipeline may take to catch up after the load before the verdict.
+const CONVERGE: Duration = Duration::from_secs(120);
+/// Items in the final table.
+const TOP: usize = 8;
+
+/// Where the demo keeps its pid files, logs and stage-1 state: beside the stack's, so
+/// `make down` finds and stops the processes.
+pub fn demo_dir() -> PathBuf {
+    std::env::var_os("LIKES_STACK_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("LIKES_CACHE").map(|c| PathBuf::from(c).join("stack")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/likes/stack")))
+        .unwrap_or_else(|| PathBuf::from("likes-data/stack"))
+        .join("demo")
+}
+
+/// A process of the demo, its pid in `<dir>/<name>.pid`.
+struct Proc {
+    name: &'static str,
+    child: Child,
+}
+
+fn spawn(name: &'static str, dir: &Path, env: &[(String, String)]) -> Result<Proc> {
+    let exe = std::env::current_exe().map_err(|e| Error::Config(e.to_string()))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.log")))
+        .map_err(|e| Error::State(format!("demo log: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg(name)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| Error::State(e.to_string()))?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in the terminal stops the demo, not the stages;
+        // `make down` stops those by pid.
+        .process_group(0);
+    let child = cmd
+        .spawn()
+        .map_err(|e| Error::Config(format!("spawn likes {name}: {e}")))?;
+    std::fs::write(dir.join(format!("{name}.pid")), child.id().to_string())
+        .map_err(|e| Error::State(format!("demo pid file: {e}")))?;
+    Ok(Proc { name, child })
+}
+
+/// Stops the processes an earlier demo left (by their pid files, only if still `likes`).
+fn stop_earlier(dir: &Path) {
+    for name in ["api", "dedupe", "count"] {
+        let file = dir.join(format!("{name}.pid"));
+        let Ok(pid) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let pid = pid.trim();
+        let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).contains("likes"))
+            .unwrap_or(false);
+        if ours {
+            let _ = Command::new("kill").args(["-TERM", pid]).status();
+            for _ in 0..100 {
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+/// Runs the scenario; true when every top item's count equals its edges.
+pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) -> Result<bool> {
+    let mut settings = base.clone();
+    if settings.api.session_key.is_empty() {
+        settings.api.session_key = format!("demo-{:032x}", rand::random::<u128>());
+    }
+    let dir = demo_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| Error::State(format!("{}: {e}", dir.display())))?;
+    stop_earlier(&dir);
+
+    say("demo: schema and topics");
+    let session = cql::connect(&settings.cql).await?;
+    cmd::migrate::run(&session, &settings.cql)
+        .await
+        .map_err(|e| {
+            Error::Schema(format!(
+                "{e} (a keyspace from an older version: `make stack-reset` wipes it)"
+            ))
+        })?;
+    cmd::topics::run(&settings, topology).await?;
+
+    let common = |metrics: u16| {
+        vec![
+            (
+                "LIKES__METRICS__LISTEN".to_string(),
+                format!("127.0.0.1:{metrics}"),
+            ),
+            (
+                "LIKES__API__SESSION_KEY".to_string(),
+                settings.api.session_key.clone(),
+            ),
+            ("LIKES__API__RELAY".to_string(), "true".to_string()),
+            (
+                "LIKES__DEDUPE__STATE_DIR".to_string(),
+                dir.join("dedupe-state").display().to_string(),
+            ),
+            ("RUST_LOG".to_string(), "info".to_string()),
+        ]
+    };
+    say("demo: starting likes api (with the relay), likes dedupe, likes count");
+    let mut procs = vec![
+        spawn("api", &dir, &common(API_METRICS))?,
+        spawn("dedupe", &dir, &common(DEDUPE_METRICS))?,
+        spawn("count", &dir, &common(COUNT_METRICS))?,
+    ];
+    let url = format!("http://{}", settings.api.listen);
+    wait_ready(&url, &mut procs, &dir).await?;
+
+    let counts = session
+        .prepare(format!(
+            "SELECT count, as_of FROM {}.like_counts WHERE shard = ? AND item_id = ?",
+            settings.cql.keyspace
+        ))
+        .await
+        .map_err(|e| Error::Schema(format!("prepare: {e}")))?;
+    let edges = session
+        .prepare(format!(
+            "SELECT state FROM {}.edges WHERE item_id = ? AND bucket = ?",
+            settings.cql.keyspace
+        ))
+        .await
+        .map_err(|e| Error::Schema(format!("prepare: {e}")))?;
+
+    // The scenario: a third steady, a viral burst at twice the rate, the rest steady; the
+    // count stage is killed a quarter into the burst and restarted seven seconds later.
+    let s = seconds as f64;
+    let phases = vec![
+        Phase {
+            name: "steady".into(),
+            seconds: s / 3.0,
+            rate,
+            viral_share: 0.05,
+        },
+        Phase {
+            name: "viral burst".into(),
+            seconds: s / 4.0,
+            rate: rate * 2.0,
+            viral_share: 0.5,
+        },
+        Phase {
+            name: "steady".into(),
+            seconds: s - s / 3.0 - s / 4.0,
+            rate,
+            viral_share: 0.05,
+        },
+    ];
+    let kill_at = Duration::from_secs_f64(s / 3.0 + s / 16.0);
+    let restart_at = kill_at + Duration::from_secs(7);
+
+    let live = Arc::new(Live::default());
+    let target = Arc::new(Target::http(&settings, &url)?);
+    let mut mix = Mix::new(MixArgs {
+        items: 200,
+        viral_share: 0.05,
+        unlike_share: 0.1,
+        retry_share: 0.05,
+        seed: crate::dedupe::state::now_ms() as u64,
+        run_id: format!("demo{}", crate::dedupe::state::now_ms()),
+    });
+    let started = Instant::now();
+    let load = {
+        let (live, phases) = (live.clone(), phases.clone());
+        tokio::spawn(async move { loadgen::drive(target, &mut mix, &phases, live).await })
+    };
+
+    let tty = std::io::stdout().is_terminal();
+    let mut view = View::default();
+    let mut killed: Option<Instant> = None;
+    let mut restarted = false;
+    while !load.is_finished() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let t = started.elapsed();
+        let mut event = None;
+        if killed.is_none() && t >= kill_at {
+            let count = procs
+                .iter_mut()
+                .find(|p| p.name == "count")
+                .expect("count runs");
+            let _ = Command::new("kill")
+                .args(["-KILL", &count.child.id().to_string()])
+                .status();
+            let _ = count.child.wait();
+            killed = Some(Instant::now());
+            event = Some(format!("kill -9 of likes count (pid {})", count.child.id()));
+        }
+        if !restarted && t >= restart_at {
+            let i = procs
+                .iter()
+                .position(|p| p.name == "count")
+                .expect("count runs");
+            procs[i] = spawn("count", &dir, &common(COUNT_METRICS))?;
+            restarted = true;
+            event = Some(format!(
+                "likes count restarted (pid {})",
+                procs[i].child.id()
+            ));
+        }
+        let phase = phase_at(&phases, t);
+        let status =
+            match (killed, restarted) {
+                (Some(_), false) => "count stage: DOWN (killed with kill -9)".to_string(),
+                (Some(k), true) => format!(
+                "count stage: restarted {:.0} s after its kill -9; it resumes from its last commit",
+                (restart_at - kill_at).as_secs_f64().min(k.elapsed().as_secs_f64())
+            ),
+                _ => format!(
+                    "count stage: up (kill -9 at t={:.0}s)",
+                    kill_at.as_secs_f64()
+                ),
+            };
+        let top = top_items(&live, 5);
+        let rows = read_counts(&session, &counts, topology, &top).await;
+        let text = view.render(t, s, &phase, &status, &live, &rows, event.as_deref());
+        if tty {
+            print!("\x1b[H\x1b[2J{text}");
+        } else {
+            print!("{text}");
+        }
+        let _ = std::io::stdout().flush();
+    }
+    let _ = load.await;
+    let summary = loadgen::Summary::of(&live, started.elapsed());
+    say(&format!("\n{summary}"));
+
+    // The verdict: the top items' counts against their edges, once caught up.
+    let mut top = top_items(&live, TOP);
+    if !top.iter().any(|i| i == VIRAL_ITEM) {
+        top.push(VIRAL_ITEM.to_string());
+    }
+    say(&format!(
+        "\ndemo: load done; waiting up to {} s for the pipeline to catch up (windows close, the relay publishes)",
+        CONVERGE.as_secs()
+    ));
+    let deadline = Instant::now() + CONVERGE;
+    let (rows, ok) = loop {
+        let counted = read_counts(&session, &counts, topology, &top).await;
+        let mut rows = Vec::new();
+        for (item, count, as_of) in counted {
+            let expected = liked_edges(&session, &edges, &item, topology.buckets).await?;
+            rows.push((item, expected, count, as_of));
+        }
+        let ok = rows.iter().all(|r| r.1 == r.2);
+        if ok || Instant::now() > deadline {
+            break (rows, ok);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    let mut table =
+        String::from("\n| item | expected (LIKED edges) | counted | asOf |\n|---|---|---|---|\n");
+    for (item, expected, count, as_of) in &rows {
+        table += &format!(
+            "| {item} | {expected} | {count} | {} |{}\n",
+            as_of.map(fmt_time).unwrap_or_else(|| "-".into()),
+            if expected == count { "" } else { " MISMATCH" }
+        );
+    }
+    say(&table);
+    say(&format!(
+        "verdict: {}",
+        if ok {
+            "OK: every count equals its edges, across the viral burst and the kill -9 of the count stage"
+        } else {
+            "MISMATCH: some counts differ from their edges (logs below)"
+        }
+    ));
+    say(&format!(
+        "\nStill running, for a look:\n  likes api     {url}  (try: curl {url}/v1/items/{VIRAL_ITEM}/count)\n  /metrics      http://127.0.0.1:{API_METRICS}/metrics (api)  :{DEDUPE_METRICS} (dedupe)  :{COUNT_METRICS} (count)\n  logs          {}\nStop everything (these processes, Kafka, Cassandra): make down",
+        dir.display()
+    ));
+    Ok(ok)
+}
+
+fn say(line: &str) {
+    println!("{line}");
+}
+
+fn fmt_time(ms: i64) -> String {
+    let age = (crate::dedupe::state::now_ms() - ms) as f64 / 1000.0;
+    format!("{age:.1} s ago")
+}
+
+fn phase_at(phases: &[Phase], t: Duration) -> String {
+    let mut end = 0.0;
+    for p in phases {
+        end += p.seconds;
+        if t.as_secs_f64() < end {
+            return format!(
+                "{} ({:.0} req/s, {:.0}% of likes to {VIRAL_ITEM})",
+                p.name,
+                p.rate,
+                p.viral_share * 100.0
+            );
+        }
+    }
+    "finishing the requests in flight".into()
+}
+
+async fn wait_ready(url: &str, procs: &mut [Proc], dir: &Path) -> Result<()> {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Ok(r) = http.get(format!("{url}/readyz")).send().await {
+            if r.status().is_success() {
+                return Ok(());
+            }
+        }
+        for p in procs.iter_mut() {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                return Err(Error::State(format!(
+                    "likes {} exited ({status}) while starting; see {}",
+                    p.name,
+                    dir.join(format!("{}.log", p.name)).display()
+                )));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout(
+                Duration::from_secs(90),
+                format!("likes api ready at {url}"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// The items with the most acknowledged net likes so far.
+fn top_items(live: &Live, n: usize) -> Vec<String> {
+    let net = live.net_by_item.lock().unwrap();
+    let mut v: Vec<(&String, &i64)> = net.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.into_iter().take(n).map(|(k, _)| k.clone()).collect()
+}
+
+/// (item, count, asOf ms) from `like_counts`; 0 and None before its first window.
+async fn read_counts(
+    session: &Session,
+    st: &PreparedStatement,
+    topology: &Topology,
+    items: &[String],
+) -> Vec<(String, i64, Option<i64>)> {
+    let mut out = Vec::new();
+    for item in items {
+        let shard = topology.counter_shard(item);
+        let row = match session.execute_unpaged(st, (shard, item)).await {
+            Ok(r) => r.into_rows_result().ok().and_then(|r| {
+                r.maybe_first_row::<(Option<i64>, Option<CqlTimestamp>)>()
+                    .ok()
+                    .flatten()
+            }),
+            Err(_) => None,
+        };
+        let (count, as_of) = row.unwrap_or((None, None));
+        out.push((item.clone(), count.unwrap_or(0), as_of.map(|t| t.0)));
+    }
+    out
+}
+
+/// LIKED rows of the item across its buckets: what its count must converge to.
+async fn liked_edges(
+    session: &Session,
+    st: &PreparedStatement,
+    item: &str,
+    buckets: u32,
+) -> Result<i64> {
+    let mut n = 0;
+    for b in 0..buckets as i32 {
+        // A demo item has at most a few thousand likers: one unpaged read per bucket.
+        let rows = session
+            .execute_unpaged(st, (item, b))
+            .await?
+            .into_rows_result()?;
+        for row in rows.rows::<(Option<i8>,)>()? {
+            if row?.0 == Some(crate::schema::v1::EdgeState::Liked as i8) {
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// The live view: rates from counter deltas between frames, staleness over the last 5 s.
+#[derive(Default)]
+struct View {
+    last_ok: u64,
+    last_events: f64,
+    last_at: Option<Instant>,
+    staleness: Vec<Vec<(f64, f64)>>,
+}
+
+impl View {
+    #[allow(clippy::too_many_arguments)]
+    fn render(
+        &mut self,
+        t: Duration,
+        total: f64,
+        phase: &str,
+        status: &str,
+        live: &Live,
+        rows: &[(String, i64, Option<i64>)],
+        event: Option<&str>,
+    ) -> String {
+        let now = Instant::now();
+        let dt = self
+            .last_at
+            .map(|a| now.duration_since(a).as_secs_f64())
+            .unwrap_or(1.0)
+            .max(1e-3);
+        self.last_at = Some(now);
+        let ok = live.ok.load(Ordering::Relaxed);
+        let req_rate = (ok - self.last_ok.min(ok)) as f64 / dt;
+        self.last_ok = ok;
+        let dedupe = scrape(DEDUPE_METRICS);
+        let events = dedupe.get(m::EVENTS_IN).copied().unwrap_or(0.0);
+        let ev_rate = (events - self.last_events).max(0.0) / dt;
+        self.last_events = events;
+        let count = scrape(COUNT_METRICS);
+        let b = buckets(&count, m::STALENESS_SECONDS);
+        self.staleness.push(b.clone());
+        if self.staleness.len() > 6 {
+            self.staleness.remove(0);
+        }
+        // Over the last 5 s; a restarted stage starts its histogram from zero.
+        let first = &self.staleness[0];
+        let recent: Vec<(f64, f64)> =
+            if first.len() == b.len() && first.iter().zip(&b).all(|(x, y)| y.1 >= x.1) {
+                b.iter().zip(first).map(|(y, x)| (y.0, y.1 - x.1)).collect()
+            } else {
+                b
+            };
+        let (p50, p99) = (quantile(&recent, 0.5), quantile(&recent, 0.99));
+        let lat = live.latency_us.lock().unwrap();
+        let mut out = format!(
+            "likes demo  t = {:>3.0} s of {total:.0}   {phase}\n{status}\n",
+            t.as_secs_f64()
+        );
+        if let Some(e) = event {
+            out += &format!(">>> {e}\n");
+        }
+        out += &format!(
+            "requests  {ok} ok, {} failed, {req_rate:.0}/s now; latency p50 {:.1} ms, p99 {:.1} ms\n",
+            live.failed.load(Ordering::Relaxed),
+            lat.value_at_quantile(0.5) as f64 / 1000.0,
+            lat.value_at_quantile(0.99) as f64 / 1000.0,
+        );
+        out += &format!(
+            "events    {ev_rate:.0}/s into stage 1; staleness at the sink (last 5 s): p50 {}  p99 {}\n",
+            secs(p50),
+            secs(p99)
+        );
+        out += "top items            count   asOf\n";
+        for (item, count, as_of) in rows {
+            out += &format!(
+                "  {item:<18} {count:>5}   {}\n",
+                as_of
+                    .map(fmt_time)
+                    .unwrap_or_else(|| "no window yet".into())
+            );
+        }
+        out += "\n";
+        out
+    }
+}
+
+fn secs(v: f64) -> String {
+    if v.is_nan() {
+        "-".into()
+    } else {
+        format!("{v:.2} s")
+    }
+}

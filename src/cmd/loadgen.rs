@@ -1,0 +1,426 @@
+//! `likes loadgen`: drives `likes api` over HTTP (or, with `--kafka`, produces LikeEvents
+//! straight to the events topic) at a target rate, open loop: every request goes out at its
+//! scheduled time whatever earlier ones took, and its latency counts from that time, so a
+//! stall shows in the figures instead of quietly lowering the rate.
+//!
+//! The mix: items by zipf (s = 1), one viral item taking a chosen share, likes by new users,
+//! unlikes of earlier likes, and retries that resend an earlier request with its own key
+//! (the API replays them; the topology drops the duplicate event). Latency goes to an HDR
+//! histogram (1 µs to 2 min, 3 significant digits).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use prost::Message as _;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tokio::task::JoinSet;
+
+use super::bench::Zipf;
+use crate::api::auth::Signer;
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::schema::v1::{EdgeState, LikeEvent, Source};
+use crate::topology::Topology;
+use crate::{hash, kafka};
+
+/// The name of the viral item.
+pub const VIRAL_ITEM: &str = "item-viral";
+
+/// Requests the generator keeps outstanding at most; past it a due request is counted as
+/// failed ("generator: in-flight cap") rather than queued, so memory stays bounded.
+const MAX_IN_FLIGHT: usize = 20_000;
+
+/// Where the load goes.
+pub enum Target {
+    Http {
+        http: reqwest::Client,
+        url: String,
+        signer: Signer,
+        expires_s: i64,
+    },
+    Kafka {
+        producer: FutureProducer,
+        topic: String,
+        buckets: u32,
+    },
+}
+
+impl Target {
+    /// The API at `url`, with tokens minted from the configured session key.
+    pub fn http(settings: &Settings, url: &str) -> Result<Self> {
+        Ok(Target::Http {
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(1024)
+                .timeout(Duration::from_secs(30))
+                .build()
+                .map_err(|e| Error::Config(format!("http client: {e}")))?,
+            url: url.trim_end_matches('/').to_string(),
+            signer: Signer::from_session_key(&settings.api.session_key)?,
+            expires_s: crate::dedupe::state::now_ms() / 1000 + 24 * 3600,
+        })
+    }
+
+    /// The events topic of the topology, bypassing the API.
+    pub fn kafka(settings: &Settings, topology: &Topology) -> Result<Self> {
+        Ok(Target::Kafka {
+            producer: kafka::producer_config(&settings.kafka).create()?,
+            topic: settings.topic(&topology.topics.events.name),
+            buckets: topology.buckets,
+        })
+    }
+
+    /// Sends one operation; Ok(()) or the reason it failed (an HTTP status or an error).
+    async fn send(&self, op: &Op) -> std::result::Result<(), String> {
+        match self {
+            Target::Http {
+                http,
+                url,
+                signer,
+                expires_s,
+            } => {
+                let req = if op.like {
+                    http.post(format!("{url}/v1/items/{}/likes", op.item))
+                } else {
+                    http.delete(format!("{url}/v1/items/{}/likes/{}", op.item, op.user))
+                };
+                let r = req
+                    .bearer_auth(signer.sign(&op.user, *expires_s))
+                    .header("Idempotency-Key", &op.key)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        if e.is_timeout() {
+                            "timeout".to_string()
+                        } else {
+                            "connection".to_string()
+                        }
+                    })?;
+                match r.status().as_u16() {
+                    200..=299 => Ok(()),
+                    // A retry that overtook its original: the API says "still in flight".
+                    409 => Err("409 (a retry while its original was in flight)".into()),
+                    429 | 503 => Err(format!(
+                        "{} (shed by admission or a dependency)",
+                        r.status().as_u16()
+                    )),
+                    code => Err(code.to_string()),
+                }
+            }
+            Target::Kafka {
+                producer,
+                topic,
+                buckets,
+            } => {
+                let bucket = hash::bucket_of(&op.user, *buckets);
+                let e = LikeEvent {
+                    item_id: op.item.clone(),
+                    user_id: op.user.clone(),
+                    bucket,
+                    // Each user likes once and may unlike once: op 1, then op 2.
+                    op_id: if op.like { 1 } else { 2 },
+                    state: if op.like {
+                        EdgeState::Liked
+                    } else {
+                        EdgeState::Unliked
+                    } as i32,
+                    event_time_ms: op.at_ms,
+                    epoch: 0,
+                    source: Source::Test as i32,
+                    prev_event_time_ms: if op.like { 0 } else { op.prev_at_ms },
+                };
+                let key = hash::event_key(&op.item, bucket);
+                let payload = e.encode_to_vec();
+                producer
+                    .send(
+                        FutureRecord::to(topic).key(&key).payload(&payload),
+                        Duration::from_secs(30),
+                    )
+                    .await
+                    .map(|_| ())
+                    .map_err(|(e, _)| format!("kafka: {e}"))
+            }
+        }
+    }
+}
+
+/// One request of the mix.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub item: String,
+    pub user: String,
+    pub like: bool,
+    pub key: String,
+    /// A resend of an earlier request, same key.
+    pub retry: bool,
+    at_ms: i64,
+    prev_at_ms: i64,
+}
+
+/// The shape of the load.
+#[derive(Debug, Clone)]
+pub struct MixArgs {
+    pub items: u32,
+    pub viral_share: f64,
+    pub unlike_share: f64,
+    pub retry_share: f64,
+    pub seed: u64,
+    /// Prefixes user ids and request keys, so runs never collide.
+    pub run_id: String,
+}
+
+/// Draws the operations.
+pub struct Mix {
+    args: MixArgs,
+    rng: StdRng,
+    zipf: Zipf,
+    next_user: u64,
+    /// Likes sent and not yet unliked: (item, user, when).
+    liked: Vec<(String, String, i64)>,
+    recent: VecDeque<Op>,
+}
+
+impl Mix {
+    pub fn new(args: MixArgs) -> Self {
+        Mix {
+            rng: StdRng::seed_from_u64(args.seed),
+            zipf: Zipf::new(args.items.max(1)),
+            next_user: 0,
+            liked: Vec::new(),
+            recent: VecDeque::new(),
+            args,
+        }
+    }
+
+    pub fn set_viral_share(&mut self, share: f64) {
+        self.args.viral_share = share;
+    }
+
+    fn next(&mut self) -> Op {
+        let now = crate::dedupe::state::now_ms();
+        if !self.recent.is_empty() && self.rng.random_bool(self.args.retry_share) {
+            let j = self.rng.random_range(0..self.recent.len());
+            let mut op = self.recent[j].clone();
+            op.retry = true;
+            return op;
+        }
+        self.next_user += 1;
+        let op = if !self.liked.is_empty() && self.rng.random_bool(self.args.unlike_share) {
+            let j = self.rng.random_range(0..self.liked.len());
+            let (item, user, at) = self.liked.swap_remove(j);
+            Op {
+                item,
+                user,
+                like: false,
+                key: format!("{}-{}", self.args.run_id, self.next_user),
+                retry: false,
+                at_ms: now.max(at + 1),
+                prev_at_ms: at,
+            }
+        } else {
+            let item = if self.rng.random_bool(self.args.viral_share) {
+                VIRAL_ITEM.to_string()
+            } else {
+                format!("item-{}", self.zipf.sample(&mut self.rng))
+            };
+            let user = format!("{}u{}", self.args.run_id, self.next_user);
+            self.liked.push((item.clone(), user.clone(), now));
+            Op {
+                item,
+                user,
+                like: true,
+                key: format!("{}-{}", self.args.run_id, self.next_user),
+                retry: false,
+                at_ms: now,
+                prev_at_ms: 0,
+            }
+        };
+        self.recent.push_back(op.clone());
+        if self.recent.len() > 1000 {
+            self.recent.pop_front();
+        }
+        op
+    }
+}
+
+/// One stretch of constant load.
+#[derive(Debug, Clone)]
+pub struct Phase {
+    pub name: String,
+    pub seconds: f64,
+    pub rate: f64,
+    pub viral_share: f64,
+}
+
+/// Counters a live view reads while the load runs.
+pub struct Live {
+    pub sent: AtomicU64,
+    pub ok: AtomicU64,
+    pub failed: AtomicU64,
+    pub failures: Mutex<BTreeMap<String, u64>>,
+    pub latency_us: Mutex<Histogram<u64>>,
+    /// Acknowledged likes minus unlikes per item (first sends only; retries excluded).
+    pub net_by_item: Mutex<HashMap<String, i64>>,
+}
+
+impl Default for Live {
+    fn default() -> Self {
+        Live {
+            sent: AtomicU64::new(0),
+            ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            failures: Mutex::new(BTreeMap::new()),
+            latency_us: Mutex::new(
+                Histogram::new_with_bounds(1, 120_000_000, 3).expect("valid histogram bounds"),
+            ),
+            net_by_item: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Live {
+    fn fail(&self, why: String) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        *self.failures.lock().unwrap().entry(why).or_insert(0) += 1;
+    }
+}
+
+/// Runs the phases one after another, open loop, and waits for every request to finish.
+pub async fn drive(target: Arc<Target>, mix: &mut Mix, phases: &[Phase], live: Arc<Live>) {
+    let mut tasks = JoinSet::new();
+    for phase in phases {
+        mix.set_viral_share(phase.viral_share);
+        let n = (phase.rate * phase.seconds).round() as u64;
+        let start = Instant::now();
+        for i in 0..n {
+            let due = start + Duration::from_secs_f64(i as f64 / phase.rate);
+            tokio::time::sleep_until(due.into()).await;
+            while tasks.try_join_next().is_some() {}
+            live.sent.fetch_add(1, Ordering::Relaxed);
+            if tasks.len() >= MAX_IN_FLIGHT {
+                live.fail("generator: in-flight cap".into());
+                continue;
+            }
+            let op = mix.next();
+            let (target, live) = (target.clone(), live.clone());
+            tasks.spawn(async move {
+                match target.send(&op).await {
+                    Ok(()) => {
+                        let us = due.elapsed().as_micros() as u64;
+                        live.latency_us.lock().unwrap().saturating_record(us.max(1));
+                        live.ok.fetch_add(1, Ordering::Relaxed);
+                        if !op.retry {
+                            *live.net_by_item.lock().unwrap().entry(op.item).or_insert(0) +=
+                                if op.like { 1 } else { -1 };
+                        }
+                    }
+                    Err(why) => live.fail(why),
+                }
+            });
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// What a run achieved.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    pub seconds: f64,
+    pub sent: u64,
+    pub ok: u64,
+    pub failed: u64,
+    pub failures: BTreeMap<String, u64>,
+    pub achieved_per_s: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Summary {
+    pub fn of(live: &Live, elapsed: Duration) -> Self {
+        let h = live.latency_us.lock().unwrap();
+        let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
+        let ok = live.ok.load(Ordering::Relaxed);
+        Summary {
+            seconds: elapsed.as_secs_f64(),
+            sent: live.sent.load(Ordering::Relaxed),
+            ok,
+            failed: live.failed.load(Ordering::Relaxed),
+            failures: live.failures.lock().unwrap().clone(),
+            achieved_per_s: ok as f64 / elapsed.as_secs_f64().max(1e-9),
+            p50_ms: q(0.5),
+            p90_ms: q(0.9),
+            p99_ms: q(0.99),
+            p999_ms: q(0.999),
+            max_ms: h.max() as f64 / 1000.0,
+        }
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "loadgen: {} sent in {:.1} s, {} ok ({:.0}/s), {} failed",
+            self.sent, self.seconds, self.ok, self.achieved_per_s, self.failed
+        )?;
+        for (why, n) in &self.failures {
+            writeln!(f, "  failed {why}: {n}")?;
+        }
+        write!(
+            f,
+            "latency from the scheduled send, ms: p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+            self.p50_ms, self.p90_ms, self.p99_ms, self.p999_ms, self.max_ms
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mix_unlikes_earlier_likes_and_retries_reuse_keys() {
+        let mut mix = Mix::new(MixArgs {
+            items: 50,
+            viral_share: 0.2,
+            unlike_share: 0.2,
+            retry_share: 0.1,
+            seed: 1,
+            run_id: "t".into(),
+        });
+        let ops: Vec<Op> = (0..5000).map(|_| mix.next()).collect();
+        let mut liked = std::collections::HashSet::new();
+        let mut keys = HashMap::new();
+        for op in &ops {
+            if op.retry {
+                let first = keys.get(&op.key).expect("a retry resends an earlier key");
+                assert_eq!(first, &(op.item.clone(), op.user.clone(), op.like));
+                continue;
+            }
+            assert!(
+                keys.insert(op.key.clone(), (op.item.clone(), op.user.clone(), op.like))
+                    .is_none(),
+                "a first send has a fresh key"
+            );
+            if op.like {
+                liked.insert((op.item.clone(), op.user.clone()));
+            } else {
+                assert!(
+                    liked.remove(&(op.item.clone(), op.user.clone())),
+                    "unlike of a like"
+                );
+            }
+        }
+        let share = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|o| f(o)).count() as f64 / 5000.0;
+        assert!((0.07..0.13).contains(&share(&|o| o.retry)));
+        assert!((0.13..0.23).contains(&share(&|o| !o.like && !o.retry)));
+        assert!(share(&|o| o.item == VIRAL_ITEM) > 0.1);
+    }
+}
