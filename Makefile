@@ -11,7 +11,7 @@ BUF := $(LIKES_CACHE)/buf/node_modules/.bin/buf
 CARGO ?= cargo
 LIKES := $(CARGO_TARGET_DIR)/debug/likes
 
-.PHONY: help up down stack-reset stack-status build migrate topics topology demo test lint fmt buf bench-topology bench-api
+.PHONY: help up down stack-reset stack-status build migrate topics topology demo test lint fmt buf bench bench-topology bench-api
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,6 +39,10 @@ topics: build ## Create the Kafka topics of topology/
 
 topology: up build ## Run dedupe + count in one process against the local stack (Ctrl-C stops)
 	$(LIKES) migrate && $(LIKES) topics && LIKES__METRICS__LISTEN=127.0.0.1:9464 $(LIKES) topology
+
+bench: up ## Every benchmark + a sweep of offered load -> bench/report.md with PNG plots (~25 min)
+	$(CARGO) build --release --bin likes
+	$(CARGO_TARGET_DIR)/release/likes bench report
 
 bench-api: up ## Benchmark the API over loopback (BENCH_RATE=1000 writes/s by default)
 	$(CARGO) build --release --bin likes

@@ -142,6 +142,25 @@ enum BenchCommand {
         #[arg(long, default_value = "bench/out")]
         out: PathBuf,
     },
+    /// Every benchmark plus a sweep of offered load through the whole system, written to
+    /// <out>/report.md with PNG plots (`make bench`).
+    Report {
+        /// Where report.md and the plots go.
+        #[arg(long, default_value = "bench")]
+        out: PathBuf,
+        /// Repeats of every figure (the report gives medians and min–max).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// Events of each topology run.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Writes/s taken as 100% in the sweep, and the API benchmark's rate.
+        #[arg(long, default_value_t = 1000.0)]
+        peak: f64,
+        /// Seconds per level of the sweep.
+        #[arg(long, default_value_t = 15.0)]
+        level_seconds: f64,
+    },
     /// Events through dedupe + count + sink vs a plain consumer; staleness; peak RSS.
     Topology {
         /// Events in the backlog.
@@ -332,6 +351,37 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 };
                 let report = cmd::bench_api::run(&settings, &topology, &args).await?;
                 out(&report.to_string());
+            }
+            Command::Bench {
+                what:
+                    BenchCommand::Report {
+                        out: out_dir,
+                        repeats,
+                        events,
+                        peak,
+                        level_seconds,
+                    },
+            } => {
+                if repeats == 0
+                    || events == 0
+                    || peak.is_nan()
+                    || peak <= 0.0
+                    || level_seconds.is_nan()
+                    || level_seconds <= 0.0
+                {
+                    anyhow::bail!(
+                        "--repeats, --events, --peak and --level-seconds must be above 0"
+                    );
+                }
+                let args = cmd::bench_report::ReportArgs {
+                    out: out_dir,
+                    repeats,
+                    events,
+                    peak,
+                    level_seconds,
+                };
+                let path = cmd::bench_report::run(&settings, &topology, &args).await?;
+                out(&format!("bench report: written to {}", path.display()));
             }
             Command::Config => {
                 out(&format!(

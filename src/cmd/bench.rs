@@ -293,7 +293,7 @@ pub(crate) fn quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
     prev_le
 }
 
-fn diff(after: &[(f64, f64)], before: &[(f64, f64)]) -> Vec<(f64, f64)> {
+pub(crate) fn diff(after: &[(f64, f64)], before: &[(f64, f64)]) -> Vec<(f64, f64)> {
     after
         .iter()
         .map(|&(le, c)| {
@@ -339,7 +339,7 @@ pub(crate) struct StageProc {
     pub(crate) port: u16,
 }
 
-fn spawn_stage(
+pub(crate) fn spawn_stage(
     stage: &str,
     settings: &Settings,
     port: u16,

@@ -366,7 +366,7 @@ pub async fn run(
     Ok(report)
 }
 
-fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<StageProc> {
+pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<StageProc> {
     let exe = std::env::current_exe().map_err(|e| Error::Config(e.to_string()))?;
     let log =
         std::fs::File::create(dir.join("api.log")).map_err(|e| Error::State(e.to_string()))?;
@@ -395,7 +395,7 @@ fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<StageProc> {
     Ok(StageProc { child, port: 0 })
 }
 
-async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<()> {
+pub(crate) async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(r) = http.get(format!("{url}/readyz")).send().await {

@@ -1,0 +1,603 @@
+//! `likes bench report` (`make bench`): every benchmark in one run, written to
+//! `bench/report.md` with PNG plots beside it.
+//!
+//! 1. The topology benchmark (`bench topology`), repeated: events/s against the raw consume
+//!    rate measured in the same run, staleness, peak RSS.
+//! 2. The API benchmark (`bench api`), its rounds: the API against the write path in process,
+//!    the design's LWT floor and a bare LWT.
+//! 3. A sweep of offered load through the whole system: `likes api`, `likes dedupe` and
+//!    `likes count` as processes, `likes loadgen`'s mix over HTTP at 25–125% of `--peak`,
+//!    each level repeated and interleaved: achieved rate, latency, staleness at the sink.
+//!
+//! Every figure is the median of its repeats, with min–max beside it.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plotters::prelude::*;
+
+use super::bench::{
+    self, buckets, diff, quantile, scrape, spawn_stage, stop, BenchArgs, BenchReport,
+};
+use super::bench_api::{self, ApiBenchArgs, ApiBenchReport};
+use super::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::topology::Topology;
+use crate::{cmd, cql, metrics as m};
+
+#[derive(Debug, Clone)]
+pub struct ReportArgs {
+    pub out: PathBuf,
+    pub repeats: usize,
+    pub events: u64,
+    pub peak: f64,
+    pub level_seconds: f64,
+}
+
+/// Offered load of the sweep, as shares of `--peak`.
+const LEVELS: [f64; 5] = [0.25, 0.5, 0.75, 1.0, 1.25];
+const COUNT_PORT: u16 = 19566;
+const DEDUPE_PORT: u16 = 19565;
+
+/// One level of the sweep, one repeat.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LevelRun {
+    pub offered_per_s: f64,
+    pub achieved_per_s: f64,
+    pub failed: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub staleness_p50_s: f64,
+    pub staleness_p99_s: f64,
+    /// (latency ms, cumulative share) for the CDF plot.
+    #[serde(skip)]
+    pub cdf: Vec<(f64, f64)>,
+}
+
+pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) -> Result<PathBuf> {
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| Error::State(format!("{}: {e}", args.out.display())))?;
+    let raw = args.out.join("out");
+    eprintln!(
+        "bench report: 1/3 topology benchmark, {} runs of {} events",
+        args.repeats, args.events
+    );
+    let mut topo = Vec::new();
+    for i in 0..args.repeats {
+        let r = bench::topology(
+            settings,
+            topology,
+            &BenchArgs {
+                events: args.events,
+                items: 10_000,
+                viral_share: 0.1,
+                live_seconds: 20,
+                seed: 42 + i as u64,
+                out: raw.clone(),
+            },
+        )
+        .await?;
+        eprintln!(
+            "bench report: topology run {}/{}: {:.0} events/s",
+            i + 1,
+            args.repeats,
+            r.topology_events_per_s
+        );
+        topo.push(r);
+    }
+    eprintln!(
+        "bench report: 2/3 API benchmark, {} rounds at {:.0}/s",
+        args.repeats, args.peak
+    );
+    let api = bench_api::run(
+        settings,
+        topology,
+        &ApiBenchArgs {
+            rate: args.peak,
+            seconds: 20,
+            rounds: args.repeats,
+            seed: 42,
+            out: raw.clone(),
+        },
+    )
+    .await?;
+    eprintln!("bench report: 3/3 sweep of offered load through the whole system");
+    let sweep = sweep(settings, topology, args).await?;
+
+    let machine = machine(settings).await;
+    let md = render(&machine, args, &topo, &api, &sweep);
+    plots(&args.out, &sweep)?;
+    let path = args.out.join("report.md");
+    std::fs::write(&path, md).map_err(|e| Error::State(e.to_string()))?;
+    Ok(path)
+}
+
+/// The sweep: the three processes on their own namespace, loadgen over HTTP at each level.
+async fn sweep(
+    base: &Settings,
+    topology: &Topology,
+    args: &ReportArgs,
+) -> Result<Vec<Vec<LevelRun>>> {
+    let stamp = crate::dedupe::state::now_ms();
+    let mut settings = base.clone();
+    settings.kafka.topic_prefix = format!("sweep{stamp}.");
+    settings.cql.keyspace = format!("sweep_{stamp}");
+    settings.dedupe.instance_id = format!("sweep{stamp}");
+    settings.api.session_key = format!("sweep-session-key-{stamp:0>20}");
+    settings.api.listen = "127.0.0.1:19481".into();
+    // The sweep measures capacity, so the API admits everything the generator offers.
+    settings.api.max_writes_in_flight = 20_000;
+    settings.api.max_writes_per_s = 0.0;
+    let dir = std::env::temp_dir().join(format!("likes-sweep-{stamp}"));
+    settings.dedupe.state_dir = dir.join("state");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::State(e.to_string()))?;
+    std::fs::write(
+        dir.join("topology.toml"),
+        toml::to_string(topology).map_err(|e| Error::State(e.to_string()))?,
+    )
+    .map_err(|e| Error::State(e.to_string()))?;
+    let session = cql::connect(&settings.cql).await?;
+    cmd::migrate::run(&session, &settings.cql).await?;
+    cmd::topics::run(&settings, topology).await?;
+    let mut dedupe = spawn_stage("dedupe", &settings, DEDUPE_PORT, &dir)?;
+    let mut count = spawn_stage("count", &settings, COUNT_PORT, &dir)?;
+    let mut api = bench_api::spawn_api(&settings, &dir)?;
+    let url = format!("http://{}", settings.api.listen);
+    bench_api::wait_ready(&reqwest::Client::new(), &url).await?;
+    let target = Arc::new(Target::http(&settings, &url)?);
+    let mut mix = Mix::new(MixArgs {
+        items: 10_000,
+        viral_share: 0.05,
+        unlike_share: 0.1,
+        retry_share: 0.05,
+        seed: 42,
+        run_id: format!("sw{stamp}"),
+    });
+
+    // Warm-up, not measured: connections, the JIT, the first windows.
+    let warm = Arc::new(Live::default());
+    loadgen::drive(
+        target.clone(),
+        &mut mix,
+        &[phase(args.peak * 0.25, 5.0)],
+        warm,
+    )
+    .await;
+
+    let mut runs: Vec<Vec<LevelRun>> = vec![Vec::new(); LEVELS.len()];
+    for rep in 0..args.repeats {
+        for (k, share) in LEVELS.iter().enumerate() {
+            let rate = args.peak * share;
+            let before = buckets(&scrape(COUNT_PORT), m::STALENESS_SECONDS);
+            let live = Arc::new(Live::default());
+            let started = Instant::now();
+            loadgen::drive(
+                target.clone(),
+                &mut mix,
+                &[phase(rate, args.level_seconds)],
+                live.clone(),
+            )
+            .await;
+            let summary = loadgen::Summary::of(&live, started.elapsed());
+            // Windows of the level's last events close and reach the sink.
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            let after = buckets(&scrape(COUNT_PORT), m::STALENESS_SECONDS);
+            let level = diff(&after, &before);
+            let cdf = {
+                let h = live.latency_us.lock().unwrap();
+                (0..=200)
+                    .map(|i| {
+                        let q = i as f64 / 200.0;
+                        (h.value_at_quantile(q) as f64 / 1000.0, q)
+                    })
+                    .collect()
+            };
+            let run = LevelRun {
+                offered_per_s: rate,
+                achieved_per_s: summary.ok as f64 / args.level_seconds,
+                failed: summary.failed,
+                p50_ms: summary.p50_ms,
+                p99_ms: summary.p99_ms,
+                staleness_p50_s: quantile(&level, 0.5),
+                staleness_p99_s: quantile(&level, 0.99),
+                cdf,
+            };
+            eprintln!(
+                "bench report: sweep {}/{} at {rate:.0}/s: {:.0}/s achieved, p99 {:.1} ms, staleness p99 {:.2} s",
+                rep + 1,
+                args.repeats,
+                run.achieved_per_s,
+                run.p99_ms,
+                run.staleness_p99_s
+            );
+            runs[k].push(run);
+        }
+    }
+    stop(&mut api);
+    stop(&mut count);
+    stop(&mut dedupe);
+    bench::drop_namespace(&session, &settings, topology).await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(runs)
+}
+
+fn phase(rate: f64, seconds: f64) -> Phase {
+    Phase {
+        name: "level".into(),
+        seconds,
+        rate,
+        viral_share: 0.05,
+    }
+}
+
+/// Median and (min, max) of a figure over repeats.
+fn mmm(v: impl Iterator<Item = f64>) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = v.filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+fn fig(v: (f64, f64, f64), digits: usize) -> String {
+    format!("{:.d$} ({:.d$}–{:.d$})", v.0, v.1, v.2, d = digits)
+}
+
+struct Machine {
+    cpu: String,
+    cores: usize,
+    memory_gb: f64,
+    kernel: String,
+    cassandra: String,
+    commit: String,
+}
+
+async fn machine(settings: &Settings) -> Machine {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .unwrap_or("unknown")
+        .trim()
+        .to_string();
+    let memory_gb = read("/proc/meminfo")
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0 / 1024.0)
+        .unwrap_or(f64::NAN);
+    let cassandra = match cql::connect(&settings.cql).await {
+        Ok(s) => s
+            .query_unpaged("SELECT release_version FROM system.local", ())
+            .await
+            .ok()
+            .and_then(|r| r.into_rows_result().ok())
+            .and_then(|r| r.maybe_first_row::<(String,)>().ok().flatten())
+            .map(|r| r.0)
+            .unwrap_or_else(|| "unknown".into()),
+        Err(_) => "unknown".into(),
+    };
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    Machine {
+        cpu,
+        cores: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        memory_gb,
+        kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+        cassandra,
+        commit,
+    }
+}
+
+/// A topology figure: its name, how to read it from a run, decimals.
+type TopologyRow = (&'static str, fn(&BenchReport) -> f64, usize);
+
+fn render(
+    mc: &Machine,
+    args: &ReportArgs,
+    topo: &[BenchReport],
+    api: &ApiBenchReport,
+    sweep: &[Vec<LevelRun>],
+) -> String {
+    let mut s = String::new();
+    let t = |f: fn(&BenchReport) -> f64| mmm(topo.iter().map(f));
+    let _ = writeln!(s, "# likes benchmark report\n");
+    let _ = writeln!(
+        s,
+        "Written by `make bench` (`likes bench report`) on {} from commit `{}`. Every figure is the \
+         median of {} repeats, with min–max in brackets: that spread is this report's noise. \
+         Kafka, Cassandra, the stages, the API and the load generator all share the machine.\n",
+        utc_now(),
+        mc.commit,
+        args.repeats
+    );
+    let _ = writeln!(s, "## Machine and versions\n");
+    let _ = writeln!(s, "| | |\n|---|---|");
+    let _ = writeln!(s, "| CPU | {} × {} |", mc.cores, mc.cpu);
+    let _ = writeln!(s, "| memory | {:.1} GiB |", mc.memory_gb);
+    let _ = writeln!(s, "| kernel | Linux {} |", mc.kernel);
+    let build = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let _ = writeln!(
+        s,
+        "| likes | {} (`{}`), {build} build |",
+        env!("CARGO_PKG_VERSION"),
+        mc.commit
+    );
+    let _ = writeln!(s, "| Kafka | Apache Kafka 4.1.1, KRaft, one node |");
+    let _ = writeln!(
+        s,
+        "| Cassandra | Apache Cassandra {}, one node, Paxos v2 |\n",
+        mc.cassandra
+    );
+
+    let _ = writeln!(
+        s,
+        "## Topology: {} events through dedupe → count → the fence\n",
+        args.events
+    );
+    let _ = writeln!(s, "| figure | median (min–max) |\n|---|---|");
+    let rows: [TopologyRow; 8] = [
+        (
+            "raw consume + decode, events/s (the baseline)",
+            |r| r.raw_consume_events_per_s,
+            0,
+        ),
+        ("topology drained, events/s", |r| r.topology_events_per_s, 0),
+        ("ratio to the raw rate", |r| r.ratio_to_raw, 2),
+        ("stage 1 alone, events/s", |r| r.dedupe_events_per_s, 0),
+        (
+            "live staleness p50 at half the drained rate, s",
+            |r| r.live_staleness_p50_s,
+            2,
+        ),
+        ("live staleness p99, s", |r| r.live_staleness_p99_s, 2),
+        ("peak RSS dedupe, MB", |r| r.dedupe_peak_rss_mb, 0),
+        ("peak RSS count, MB", |r| r.count_peak_rss_mb, 0),
+    ];
+    for (name, f, d) in rows {
+        let _ = writeln!(s, "| {name} | {} |", fig(t(f), d));
+    }
+
+    let _ = writeln!(
+        s,
+        "\n## API: {:.0} writes/s offered, {} rounds\n",
+        api.offered_per_s,
+        api.rounds.len()
+    );
+    let _ = writeln!(s, "{api}\n");
+
+    let _ = writeln!(
+        s,
+        "## Sweep of offered load through the whole system\n\n`likes api` + `likes dedupe` + \
+         `likes count`, `likes loadgen`'s mix over HTTP for {:.0} s per level (5% viral, 10% \
+         unlikes, 5% keyed retries), levels interleaved. Latency counts from the scheduled send; \
+         staleness is sink time minus event time.\n",
+        args.level_seconds
+    );
+    let _ = writeln!(
+        s,
+        "| offered/s | achieved/s | failed | latency p50 ms | latency p99 ms | staleness p50 s | staleness p99 s |\n|---|---|---|---|---|---|---|"
+    );
+    for runs in sweep {
+        let g = |f: fn(&LevelRun) -> f64| mmm(runs.iter().map(f));
+        let _ = writeln!(
+            s,
+            "| {:.0} | {} | {:.0} | {} | {} | {} | {} |",
+            runs.first().map(|r| r.offered_per_s).unwrap_or(f64::NAN),
+            fig(g(|r| r.achieved_per_s), 0),
+            g(|r| r.failed as f64).0,
+            fig(g(|r| r.p50_ms), 1),
+            fig(g(|r| r.p99_ms), 1),
+            fig(g(|r| r.staleness_p50_s), 2),
+            fig(g(|r| r.staleness_p99_s), 2),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n![throughput](throughput.png)\n![staleness](staleness.png)\n![latency CDF](latency-cdf.png)\n"
+    );
+    s
+}
+
+fn utc_now() -> String {
+    let out = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output();
+    out.ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Registers a TrueType font for the plots' text (plotters draws text with ab_glyph, pure
+/// Rust, so the build needs no fontconfig; a font file must exist at run time).
+fn register_font() -> Result<()> {
+    const CANDIDATES: [&str; 4] = [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    ];
+    let path = std::env::var("LIKES_PLOT_FONT")
+        .ok()
+        .into_iter()
+        .chain(CANDIDATES.iter().map(|s| s.to_string()))
+        .find(|p| Path::new(p).exists())
+        .ok_or_else(|| {
+            Error::Config(
+                "the plots need a TrueType font: install fonts-dejavu-core or set LIKES_PLOT_FONT"
+                    .into(),
+            )
+        })?;
+    let bytes: &'static [u8] = Box::leak(
+        std::fs::read(&path)
+            .map_err(|e| Error::Config(format!("{path}: {e}")))?
+            .into_boxed_slice(),
+    );
+    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+        .map_err(|_| Error::Config(format!("{path} is not a usable TrueType font")))?;
+    Ok(())
+}
+
+fn plot_err<E: std::fmt::Debug>(e: E) -> Error {
+    Error::State(format!("drawing a plot: {e:?}"))
+}
+
+/// Median points of a figure against offered load, with the min–max as a band of dots.
+fn line_plot(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    sweep: &[Vec<LevelRun>],
+    f: fn(&LevelRun) -> f64,
+    diagonal: bool,
+) -> Result<()> {
+    let pts: Vec<(f64, (f64, f64, f64))> = sweep
+        .iter()
+        .filter_map(|runs| Some((runs.first()?.offered_per_s, mmm(runs.iter().map(f)))))
+        .collect();
+    let x_max = pts.iter().map(|p| p.0).fold(1.0, f64::max) * 1.05;
+    let y_max = pts
+        .iter()
+        .map(|p| p.1 .2)
+        .filter(|v| v.is_finite())
+        .fold(if diagonal { x_max } else { 0.0 }, f64::max)
+        .max(1e-3)
+        * 1.1;
+    let root = BitMapBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("offered writes/s")
+        .y_desc(y_label)
+        .draw()
+        .map_err(plot_err)?;
+    if diagonal {
+        chart
+            .draw_series(LineSeries::new(
+                [(0.0, 0.0), (x_max, x_max)],
+                &RGBColor(180, 180, 180),
+            ))
+            .map_err(plot_err)?
+            .label("achieved = offered")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RGBColor(180, 180, 180)));
+    }
+    chart
+        .draw_series(LineSeries::new(
+            pts.iter().map(|p| (p.0, p.1 .0)),
+            BLUE.stroke_width(2),
+        ))
+        .map_err(plot_err)?
+        .label("median")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE.stroke_width(2)));
+    chart
+        .draw_series(pts.iter().flat_map(|p| {
+            [p.1 .1, p.1 .2]
+                .into_iter()
+                .filter(|v| v.is_finite())
+                .map(move |v| Circle::new((p.0, v), 3, RED.filled()))
+        }))
+        .map_err(plot_err)?
+        .label("min / max")
+        .legend(|(x, y)| Circle::new((x + 10, y), 3, RED.filled()));
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}
+
+fn plots(dir: &Path, sweep: &[Vec<LevelRun>]) -> Result<()> {
+    register_font()?;
+    line_plot(
+        &dir.join("throughput.png"),
+        "Achieved vs offered writes/s (whole system)",
+        "achieved writes/s",
+        sweep,
+        |r| r.achieved_per_s,
+        true,
+    )?;
+    line_plot(
+        &dir.join("staleness.png"),
+        "Staleness p99 at the sink vs offered load",
+        "staleness p99, s",
+        sweep,
+        |r| r.staleness_p99_s,
+        false,
+    )?;
+    // The latency CDF of each level's median run (by p99).
+    let cdf_path = dir.join("latency-cdf.png");
+    let root = BitMapBackend::new(&cdf_path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let x_max = sweep
+        .iter()
+        .flat_map(|runs| runs.iter().flat_map(|r| r.cdf.iter().map(|p| p.0)))
+        .fold(1.0, f64::max)
+        .max(1.0);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Write latency CDF by offered load (log scale)",
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .build_cartesian_2d((0.1..x_max * 1.2).log_scale(), 0.0..1.0)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("latency from the scheduled send, ms")
+        .y_desc("share of requests")
+        .draw()
+        .map_err(plot_err)?;
+    for (k, runs) in sweep.iter().enumerate() {
+        let mut sorted: Vec<&LevelRun> = runs.iter().collect();
+        sorted.sort_by(|a, b| a.p99_ms.total_cmp(&b.p99_ms));
+        let Some(run) = sorted.get(sorted.len() / 2) else {
+            continue;
+        };
+        let color = Palette99::pick(k).to_rgba();
+        chart
+            .draw_series(LineSeries::new(
+                run.cdf.iter().map(|&(ms, q)| (ms.max(0.1), q)),
+                color.stroke_width(2),
+            ))
+            .map_err(plot_err)?
+            .label(format!("{:.0}/s", run.offered_per_s))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}
