@@ -52,6 +52,7 @@ pub struct LevelRun {
     pub p99_ms: f64,
     pub staleness_p50_s: f64,
     pub staleness_p99_s: f64,
+    pub failures: std::collections::BTreeMap<String, u64>,
     /// (latency ms, cumulative share) for the CDF plot.
     #[serde(skip)]
     pub cdf: Vec<(f64, f64)>,
@@ -203,6 +204,7 @@ async fn sweep(
                 p99_ms: summary.p99_ms,
                 staleness_p50_s: quantile(&level, 0.5),
                 staleness_p99_s: quantile(&level, 0.99),
+                failures: summary.failures.clone(),
                 cdf,
             };
             eprintln!(
@@ -408,6 +410,20 @@ fn render(
             fig(g(|r| r.staleness_p99_s), 2),
         );
     }
+    let mut failures = std::collections::BTreeMap::<String, u64>::new();
+    for run in sweep.iter().flatten() {
+        for (why, n) in &run.failures {
+            *failures.entry(why.clone()).or_insert(0) += n;
+        }
+    }
+    if !failures.is_empty() {
+        let list: Vec<String> = failures.iter().map(|(w, n)| format!("{n} × {w}")).collect();
+        let _ = writeln!(
+            s,
+            "\nFailed requests over every level and repeat, by reason: {}.",
+            list.join("; ")
+        );
+    }
     let _ = writeln!(
         s,
         "\n![throughput](throughput.png)\n![staleness](staleness.png)\n![latency CDF](latency-cdf.png)\n"
@@ -524,6 +540,7 @@ fn line_plot(
         .legend(|(x, y)| Circle::new((x + 10, y), 3, RED.filled()));
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()

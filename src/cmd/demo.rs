@@ -209,6 +209,7 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
     let mut view = View::default();
     let mut killed: Option<Instant> = None;
     let mut restarted = false;
+    let mut frame = 0u64;
     while !load.is_finished() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let t = started.elapsed();
@@ -253,9 +254,11 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
         let top = top_items(&live, 5);
         let rows = read_counts(&session, &counts, topology, &top).await;
         let text = view.render(t, s, &phase, &status, &live, &rows, event.as_deref());
+        frame += 1;
         if tty {
             print!("\x1b[H\x1b[2J{text}");
-        } else {
+        } else if frame.is_multiple_of(5) || event.is_some() {
+            // A log, not a screen: a frame every 5 s, and every kill or restart.
             print!("{text}");
         }
         let _ = std::io::stdout().flush();
