@@ -219,13 +219,7 @@ where
 
 /// The Cassandra that `make up` started, from its pid file (as stack/stack.sh places it).
 fn cassandra_pid() -> Option<u32> {
-    let dir = std::env::var_os("LIKES_STACK_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("LIKES_CACHE").map(|c| PathBuf::from(c).join("stack")))
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/likes/stack"))
-        })?;
-    let pid = std::fs::read_to_string(dir.join("cassandra.pid")).ok()?;
+    let pid = std::fs::read_to_string(super::stack_dir()?.join("cassandra.pid")).ok()?;
     pid.trim().parse().ok()
 }
 

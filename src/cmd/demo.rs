@@ -20,13 +20,15 @@ use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlTimestamp;
 
-use super::bench::{buckets, quantile, scrape};
+use super::bench::{buckets, diff, quantile, scrape};
 use super::loadgen::{self, Live, Mix, MixArgs, Phase, Target, VIRAL_ITEM};
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::topology::Topology;
 use crate::{cmd, cql, metrics as m};
 
+const DEMO_KEYSPACE: &str = "likes_demo";
+const DEMO_TOPIC_PREFIX: &str = "demo.";
 const API_METRICS: u16 = 9464;
 const DEDUPE_METRICS: u16 = 9465;
 const COUNT_METRICS: u16 = 9466;
@@ -38,10 +40,7 @@ const TOP: usize = 8;
 /// Where the demo keeps its pid files, logs and stage-1 state: beside the stack's, so
 /// `make down` finds and stops the processes.
 pub fn demo_dir() -> PathBuf {
-    std::env::var_os("LIKES_STACK_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("LIKES_CACHE").map(|c| PathBuf::from(c).join("stack")))
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/likes/stack")))
+    super::stack_dir()
         .unwrap_or_else(|| PathBuf::from("likes-data/stack"))
         .join("demo")
 }
@@ -103,6 +102,11 @@ fn stop_earlier(dir: &Path) {
 /// Runs the scenario; true when every top item's count equals its edges.
 pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) -> Result<bool> {
     let mut settings = base.clone();
+    // A namespace of its own: the verdict compares counts with edges, so events produced
+    // into the default topics by anything else (`likes loadgen --kafka`, tests of a
+    // deployment) must not reach the demo's counters.
+    settings.cql.keyspace = DEMO_KEYSPACE.into();
+    settings.kafka.topic_prefix = DEMO_TOPIC_PREFIX.into();
     if settings.api.session_key.is_empty() {
         settings.api.session_key = format!("demo-{:032x}", rand::random::<u128>());
     }
@@ -124,6 +128,14 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
     let common = |metrics: u16| {
         vec![
             (
+                "LIKES__CQL__KEYSPACE".to_string(),
+                DEMO_KEYSPACE.to_string(),
+            ),
+            (
+                "LIKES__KAFKA__TOPIC_PREFIX".to_string(),
+                DEMO_TOPIC_PREFIX.to_string(),
+            ),
+            (
                 "LIKES__METRICS__LISTEN".to_string(),
                 format!("127.0.0.1:{metrics}"),
             ),
@@ -134,7 +146,10 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
             ("LIKES__API__RELAY".to_string(), "true".to_string()),
             (
                 "LIKES__DEDUPE__STATE_DIR".to_string(),
-                dir.join("dedupe-state").display().to_string(),
+                // Stage 1's state belongs to its topics: named after the namespace.
+                dir.join(format!("dedupe-state-{DEMO_KEYSPACE}"))
+                    .display()
+                    .to_string(),
             ),
             ("RUST_LOG".to_string(), "info".to_string()),
         ]
@@ -219,9 +234,8 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
                 .iter_mut()
                 .find(|p| p.name == "count")
                 .expect("count runs");
-            let _ = Command::new("kill")
-                .args(["-KILL", &count.child.id().to_string()])
-                .status();
+            // Child::kill is SIGKILL: the stage gets no chance to commit or clean up.
+            let _ = count.child.kill();
             let _ = count.child.wait();
             killed = Some(Instant::now());
             event = Some(format!("kill -9 of likes count (pid {})", count.child.id()));
@@ -309,7 +323,7 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
         }
     ));
     say(&format!(
-        "\nStill running, for a look:\n  likes api     {url}  (try: curl {url}/v1/items/{VIRAL_ITEM}/count)\n  /metrics      http://127.0.0.1:{API_METRICS}/metrics (api)  :{DEDUPE_METRICS} (dedupe)  :{COUNT_METRICS} (count)\n  logs          {}\nStop everything (these processes, Kafka, Cassandra): make down",
+        "\nStill running, for a look:\n  likes api     {url}  (try: curl {url}/v1/items/{VIRAL_ITEM}/count)\n  /metrics      http://127.0.0.1:{API_METRICS}/metrics (api)  :{DEDUPE_METRICS} (dedupe)  :{COUNT_METRICS} (count)\n  namespace     keyspace {DEMO_KEYSPACE}, topics {DEMO_TOPIC_PREFIX}*\n  logs          {}\nStop everything (these processes, Kafka, Cassandra): make down",
         dir.display()
     ));
     Ok(ok)
@@ -468,7 +482,7 @@ impl View {
         let first = &self.staleness[0];
         let recent: Vec<(f64, f64)> =
             if first.len() == b.len() && first.iter().zip(&b).all(|(x, y)| y.1 >= x.1) {
-                b.iter().zip(first).map(|(y, x)| (y.0, y.1 - x.1)).collect()
+                diff(&b, first)
             } else {
                 b
             };

@@ -10,3 +10,12 @@ pub mod migrate;
 pub mod replay;
 pub mod stages;
 pub mod topics;
+
+/// The folder of `make up`'s data, logs and pid files, found as stack/stack.sh finds it.
+pub fn stack_dir() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    std::env::var_os("LIKES_STACK_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("LIKES_CACHE").map(|c| PathBuf::from(c).join("stack")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/likes/stack")))
+}
