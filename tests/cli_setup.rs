@@ -180,11 +180,14 @@ async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift
     assert!(out.contains("nothing to do"), "{out}");
     assert_eq!(topics_snapshot(&settings, &topology).await, first);
 
-    // Someone changed a config by hand: topics puts the spec back, then is quiet again.
+    // Someone changed a config by hand: topics puts the spec back, then is quiet again. A
+    // config topology/ does not name (an operator's segment.ms) stays as the operator set it.
     let deltas = settings.topic("likes.deltas");
     let admin = kafka::admin(&settings.kafka).unwrap();
     let alter = AlterConfig::new(ResourceSpecifier::Topic(&deltas))
-        .set("message.timestamp.type", "CreateTime");
+        .set("message.timestamp.type", "CreateTime")
+        .set("retention.ms", "604800000")
+        .set("segment.ms", "3600000");
     admin
         .alter_configs(&[alter], &AdminOptions::new())
         .await
@@ -200,6 +203,16 @@ async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift
         "{out}"
     );
     wait_for_config(&admin, &deltas, "message.timestamp.type", "LogAppendTime").await;
+    let described = admin
+        .describe_configs(&[ResourceSpecifier::Topic(&deltas)], &AdminOptions::new())
+        .await
+        .unwrap();
+    let resource = described.into_iter().next().unwrap().unwrap();
+    assert_eq!(
+        resource.get("segment.ms").and_then(|e| e.value.as_deref()),
+        Some("3600000"),
+        "topics must not revert a config topology/ does not name"
+    );
     let (ok, out, _) = common::likes(&["topics"], &env);
     assert!(ok && out.contains("nothing to do"), "{out}");
     assert_eq!(topics_snapshot(&settings, &topology).await, first);

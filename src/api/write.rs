@@ -416,6 +416,9 @@ async fn act(
         op_id: edge.op_id,
     };
     let body = serde_json::to_string(&answer).expect("answers serialize");
+    fail::fail_point!("api-before-outbox-clear", |_| Err(ApiError::Unavailable(
+        "injected: before the outbox entry is cleared".into()
+    )));
     // The event is on the log, so neither waits for the other: a leftover outbox entry only
     // makes the relay publish a harmless duplicate.
     let clear = async {

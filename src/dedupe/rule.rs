@@ -160,6 +160,32 @@ mod tests {
         );
     }
 
+    /// Delta of one flip delivered again long after it was counted: its state has expired
+    /// (nothing remembered), so only the event's own age can tell it is not new.
+    fn redelivered_long_after(op_id: u64) -> i64 {
+        let t = NOW - 8 * 24 * 3600 * 1000; // counted 8 days ago; the horizon is 7
+        let f = Flip {
+            op_id,
+            liked: op_id % 2 == 1,
+            event_time_ms: t,
+            prev_event_time_ms: if op_id > 1 { t - 1000 } else { 0 },
+        };
+        match apply(None, f, NOW, H) {
+            Verdict::Apply { delta, .. } => delta,
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn a_version_redelivered_past_the_horizon_counts_nothing() {
+        // The like counted once, 8 days ago; any number of redeliveries adds nothing.
+        assert_eq!(redelivered_long_after(1), 0, "a redelivered like re-counted");
+        assert_eq!(redelivered_long_after(3), 0);
+        // The unlike took its -1 once; a redelivery must not take another.
+        assert_eq!(redelivered_long_after(2), 0, "a redelivered unlike re-counted");
+        assert_eq!(redelivered_long_after(4), 0);
+    }
+
     #[test]
     fn duplicates_and_stale_ops_drop() {
         let s = Some(EdgeVersion {

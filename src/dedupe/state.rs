@@ -246,6 +246,40 @@ mod tests {
     }
 
     #[test]
+    fn compaction_never_removes_an_edge_a_turn_still_reads_as_live() {
+        // A turn reads the clock once at its start; compaction runs meanwhile, later. An edge
+        // whose horizon falls between the two must not vanish for that turn: the turn would
+        // see "nothing remembered" while the edge is not yet expired by its clock, and count
+        // an unlike as 0 instead of -1.
+        let dir = tmp();
+        let h = 60_000;
+        let turn_now = now_ms() - 1000;
+        let liked = EdgeVersion {
+            op_id: 1,
+            liked: true,
+            event_time_ms: turn_now - h + 500,
+        };
+        let k = edge_key("i", "u");
+        let s = EdgeStore::open(&dir, h, 8 << 20).unwrap();
+        s.commit([(k.as_slice(), &liked)], [(0, 1)]).unwrap();
+        s.flush().unwrap();
+        s.db.compact_range::<&[u8], &[u8]>(None, None);
+        let unlike = crate::dedupe::rule::Flip {
+            op_id: 2,
+            liked: false,
+            event_time_ms: turn_now,
+            prev_event_time_ms: liked.event_time_ms,
+        };
+        let remembered = s.get(&k, turn_now).unwrap();
+        let verdict = crate::dedupe::rule::apply(remembered, unlike, turn_now, h);
+        assert!(
+            matches!(verdict, crate::dedupe::rule::Verdict::Apply { delta: -1, .. }),
+            "the unlike of a counted like must take it back: {verdict:?}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
     fn version_encoding_round_trips() {
         let v = EdgeVersion {
             op_id: u64::MAX - 1,

