@@ -52,8 +52,13 @@ pub struct ApiSettings {
     #[serde(with = "humantime_serde")]
     pub relay_interval: Duration,
     /// Outbox entries younger than this belong to requests in flight; the relay leaves them.
+    /// Must exceed `write_deadline` + `cql.request_timeout` (checked at start).
     #[serde(with = "humantime_serde")]
     pub relay_min_age: Duration,
+    /// A write that has not finished this long after it started fails with 503; the
+    /// client retries with the same key.
+    #[serde(with = "humantime_serde")]
+    pub write_deadline: Duration,
 }
 
 /// Stage 1 (`likes dedupe`).
@@ -204,6 +209,19 @@ impl Settings {
         if self.count.flush_interval < Duration::from_millis(10) {
             return bad("count.flush_interval must be at least 10ms".into());
         }
+        if self.api.write_deadline.is_zero() {
+            return bad("api.write_deadline must be above zero".into());
+        }
+        // A request abandoned at its deadline may still have a CAS in flight for one CQL
+        // timeout; the relay must not read the edge before that has landed or died.
+        let in_flight = self.api.write_deadline + self.cql.request_timeout;
+        if self.api.relay_min_age <= in_flight {
+            return bad(format!(
+                "api.relay_min_age ({:?}) must exceed api.write_deadline + cql.request_timeout ({:?}): \
+                 the relay would take the outbox entry of a request still in flight",
+                self.api.relay_min_age, in_flight
+            ));
+        }
         if self.dedupe.transaction_timeout < Duration::from_secs(1) {
             return bad("dedupe.transaction_timeout must be at least 1s".into());
         }
@@ -329,6 +347,17 @@ mod tests {
             jail.set_env("LIKES__CQL__REPLICATION__CLASS", "NetworkTopologyStrategy");
             let err = Settings::load(None).unwrap_err().to_string();
             assert!(err.contains("datacenters"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_relay_never_takes_the_entry_of_a_request_in_flight() {
+        figment::Jail::expect_with(|jail| {
+            // 5 s deadline + 10 s CQL timeout: a 12 s minimum age could catch a live CAS.
+            jail.set_env("LIKES__API__RELAY_MIN_AGE", "12s");
+            let err = Settings::load(None).unwrap_err().to_string();
+            assert!(err.contains("api.relay_min_age"), "{err}");
             Ok(())
         });
     }

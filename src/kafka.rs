@@ -9,6 +9,7 @@ use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use rdkafka::{ClientConfig, ClientContext, TopicPartitionList};
+use sha2::Digest as _;
 use tracing::{info, warn};
 
 use crate::config::KafkaSettings;
@@ -85,27 +86,60 @@ pub fn record_lag(stage: &'static str, stats: &rdkafka::Statistics) {
     metrics::gauge!(crate::metrics::CONSUMER_LAG, "stage" => stage).set(lag as f64);
 }
 
-/// Partitions a rebalance assigned or revoked, for the stage loop to act on between batches
-/// (callbacks run inside `poll`, when no batch is in flight).
+/// One rebalance event: partitions assigned or revoked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Assign(Vec<i32>),
+    Revoke(Vec<i32>),
+}
+
+/// Rebalance events, in the order they happened, for the stage loop to act on between
+/// batches (callbacks run inside `poll`, when no batch is in flight). Order matters: two
+/// generations completing inside one poll (revoke all, assign A, revoke A, assign B) must
+/// leave the stage owning B, not A and B.
 #[derive(Default)]
 pub struct Assignments {
-    assigned: Mutex<Vec<i32>>,
-    revoked: Mutex<Vec<i32>>,
+    changes: Mutex<Vec<Change>>,
 }
 
 impl Assignments {
-    pub fn take_assigned(&self) -> Vec<i32> {
-        std::mem::take(&mut *self.assigned.lock().unwrap())
+    /// Takes the events since the last take, oldest first.
+    pub fn take(&self) -> Vec<Change> {
+        std::mem::take(&mut *self.changes.lock().unwrap())
     }
 
-    pub fn take_revoked(&self) -> Vec<i32> {
-        std::mem::take(&mut *self.revoked.lock().unwrap())
-    }
-
-    /// True when no rebalance happened since the last takes.
+    /// True when no rebalance happened since the last take.
     pub fn is_empty(&self) -> bool {
-        self.assigned.lock().unwrap().is_empty() && self.revoked.lock().unwrap().is_empty()
+        self.changes.lock().unwrap().is_empty()
     }
+
+    fn push(&self, change: Change) {
+        self.changes.lock().unwrap().push(change);
+    }
+}
+
+/// Applies rebalance events in order: `revoke` is called for every revoked partition, and
+/// the partitions assigned and not revoked again afterwards are returned, to be taken up.
+pub fn newly_assigned(changes: Vec<Change>, mut revoke: impl FnMut(i32)) -> Vec<i32> {
+    let mut assigned: Vec<i32> = Vec::new();
+    for c in changes {
+        match c {
+            Change::Assign(ps) => {
+                for p in ps {
+                    if !assigned.contains(&p) {
+                        assigned.push(p);
+                    }
+                }
+            }
+            Change::Revoke(ps) => {
+                for p in ps {
+                    revoke(p);
+                    assigned.retain(|&q| q != p);
+                }
+            }
+        }
+    }
+    assigned
 }
 
 /// The consumer context of a stage: records rebalances and publishes consumer lag.
@@ -118,6 +152,32 @@ impl ClientContext for StageContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
         record_lag(self.stage, &statistics);
     }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel as L;
+        // librdkafka resets a fetch position that is out of range (records deleted by
+        // retention before the stage read them, or a recreated topic) to the earliest
+        // record, and says so only in a warning. Records were skipped: make it loud, and
+        // count it for an alert.
+        let serious = matches!(
+            level,
+            L::Emerg | L::Alert | L::Critical | L::Error | L::Warning
+        );
+        if fac == "OFFSET" && message.contains("offset reset") && serious {
+            metrics::counter!(crate::metrics::OFFSET_RESETS, "stage" => self.stage).increment(1);
+            tracing::error!(stage = self.stage, detail = message,
+                "committed offset out of range: the stage jumped to the earliest record, and the records in between were never read (counts may be short; reconcile the affected items)");
+            return;
+        }
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error => {
+                tracing::error!(target: "librdkafka", "{fac} {message}")
+            }
+            L::Warning => tracing::warn!(target: "librdkafka", "{fac} {message}"),
+            L::Notice | L::Info => tracing::info!(target: "librdkafka", "{fac} {message}"),
+            L::Debug => tracing::debug!(target: "librdkafka", "{fac} {message}"),
+        }
+    }
 }
 
 impl ConsumerContext for StageContext {
@@ -128,19 +188,31 @@ impl ConsumerContext for StageContext {
         match rebalance {
             Rebalance::Assign(tpl) => {
                 info!(stage = self.stage, partitions = ?parts(tpl), "assigned");
-                self.assignments.assigned.lock().unwrap().extend(parts(tpl));
+                self.assignments.push(Change::Assign(parts(tpl)));
             }
             Rebalance::Revoke(tpl) => {
                 info!(stage = self.stage, partitions = ?parts(tpl), "revoked");
-                self.assignments.revoked.lock().unwrap().extend(parts(tpl));
+                self.assignments.push(Change::Revoke(parts(tpl)));
             }
             Rebalance::Error(e) => warn!(stage = self.stage, error = %e, "rebalance error"),
         }
     }
 }
 
+/// The most of a record's key and value a dead letter carries verbatim. A record the broker
+/// took can still be too large to send again with headers added (the producer's
+/// `message.max.bytes` counts uncompressed bytes); such a dead letter would fail, the stage
+/// would stop, restart, read it again, forever.
+pub const DLQ_MAX_ORIGINAL_BYTES: usize = 256 * 1024;
+
+/// What a dead letter keeps of an oversized original: its first bytes, to look at.
+pub const DLQ_PREFIX_BYTES: usize = 1024;
+
 /// A record for `likes.dlq`: the original key and value untouched, the reason and the
 /// source position in headers (`likes.error`, `likes.source.topic|partition|offset`).
+/// When key and value together exceed [`DLQ_MAX_ORIGINAL_BYTES`], only the first
+/// [`DLQ_PREFIX_BYTES`] of each are kept, with each one's size and SHA-256 in headers
+/// (`likes.payload.bytes|sha256`, `likes.key.bytes|sha256`), so a dead letter always fits.
 pub fn dead_letter<'a>(
     dlq_topic: &'a str,
     key: Option<&'a [u8]>,
@@ -149,7 +221,31 @@ pub fn dead_letter<'a>(
     source: (&str, i32, i64),
 ) -> BaseRecord<'a, [u8], [u8]> {
     let (topic, partition, offset) = source;
-    let headers = OwnedHeaders::new()
+    let size = key.map_or(0, <[u8]>::len) + payload.map_or(0, <[u8]>::len);
+    let oversized = size > DLQ_MAX_ORIGINAL_BYTES;
+    let mut headers = OwnedHeaders::new();
+    let (mut key, mut payload) = (key, payload);
+    if oversized {
+        for (name, part) in [("key", &mut key), ("payload", &mut payload)] {
+            if let Some(bytes) = *part {
+                let digest: String = sha2::Sha256::digest(bytes)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                headers = headers
+                    .insert(Header {
+                        key: &format!("likes.{name}.bytes"),
+                        value: Some(&bytes.len().to_string()),
+                    })
+                    .insert(Header {
+                        key: &format!("likes.{name}.sha256"),
+                        value: Some(&digest),
+                    });
+                *part = Some(&bytes[..bytes.len().min(DLQ_PREFIX_BYTES)]);
+            }
+        }
+    }
+    let headers = headers
         .insert(Header {
             key: "likes.error",
             value: Some(reason),
@@ -174,4 +270,47 @@ pub fn dead_letter<'a>(
         r = r.payload(v);
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::message::Headers;
+
+    #[test]
+    fn rebalance_events_apply_in_order() {
+        // Two generations inside one poll: the stage ends owning the second's partitions,
+        // and every partition it held is revoked first.
+        let mut revoked = Vec::new();
+        let take = newly_assigned(
+            vec![
+                Change::Revoke(vec![0, 1]),
+                Change::Assign(vec![0, 1, 2]),
+                Change::Revoke(vec![0, 1, 2]),
+                Change::Assign(vec![2, 3]),
+            ],
+            |p| revoked.push(p),
+        );
+        assert_eq!(take, vec![2, 3]);
+        assert_eq!(revoked, vec![0, 1, 0, 1, 2]);
+        // Unordered lists (revokes, then assigns) would have taken up 0 and 1 as well.
+    }
+
+    #[test]
+    fn an_oversized_dead_letter_keeps_a_prefix_its_size_and_hash() {
+        let big = vec![7u8; DLQ_MAX_ORIGINAL_BYTES + 1];
+        let r = dead_letter("dlq", Some(b"k"), Some(&big), "why", ("t", 1, 2));
+        assert_eq!(r.payload.map(<[u8]>::len), Some(DLQ_PREFIX_BYTES));
+        let h = r.headers.as_ref().unwrap();
+        let get = |k: &str| {
+            h.iter()
+                .find(|x| x.key == k)
+                .map(|x| String::from_utf8_lossy(x.value.unwrap()).into_owned())
+        };
+        assert_eq!(get("likes.payload.bytes"), Some(big.len().to_string()));
+        assert_eq!(get("likes.payload.sha256").map(|d| d.len()), Some(64));
+        assert_eq!(get("likes.error").as_deref(), Some("why"));
+        let small = dead_letter("dlq", None, Some(b"abc"), "why", ("t", 1, 2));
+        assert_eq!(small.payload, Some(&b"abc"[..]));
+    }
 }

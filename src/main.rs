@@ -35,8 +35,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create the CQL keyspace and tables (idempotent; never alters or drops).
-    Migrate,
+    /// Create the CQL keyspace and tables, and record the topology's bucket count and window
+    /// in it (idempotent; never alters or drops a table).
+    ///
+    /// Example: after changing `window` in topology/, `likes migrate --accept-window-change`.
+    Migrate {
+        /// Record a new window length (safe: the counter fence compares window end times).
+        /// Without it, a window other than the recorded one is refused.
+        #[arg(long)]
+        accept_window_change: bool,
+    },
     /// Create the Kafka topics of the topology (idempotent; never changes partition counts).
     Topics,
     /// Print the effective configuration and topology, after all overrides, and exit.
@@ -212,10 +220,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Migrate => {
+            Command::Migrate {
+                accept_window_change,
+            } => {
                 let session = cql::connect(&settings.cql).await?;
                 let report = cmd::migrate::run(&session, &settings.cql).await?;
                 out(&report.to_string());
+                for line in cql::recorded::record(
+                    &session,
+                    &settings.cql.keyspace,
+                    &topology,
+                    accept_window_change,
+                )
+                .await?
+                {
+                    out(&line);
+                }
             }
             Command::Topics => {
                 let report = cmd::topics::run(&settings, &topology).await?;

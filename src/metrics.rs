@@ -11,6 +11,8 @@ use crate::error::{Error, Result};
 pub const EVENTS_IN: &str = "likes_dedupe_events_total";
 /// Stage 1: events dropped as duplicates or stale reorders.
 pub const DUPLICATES: &str = "likes_dedupe_duplicates_total";
+pub const EXPIRED_FLIPS: &str = "likes_dedupe_expired_flips_total";
+pub const OFFSET_RESETS: &str = "likes_offset_out_of_range_total";
 /// Stage 1: combined Delta records written to `likes.deltas`.
 pub const DELTAS_OUT: &str = "likes_dedupe_deltas_total";
 /// Records sent to `likes.dlq` (label `stage`).
@@ -66,6 +68,14 @@ fn describe() {
     describe_counter!(EVENTS_IN, "LikeEvents read by stage 1");
     describe_counter!(API_SHED, "API writes refused at admission (429/503)");
     describe_counter!(DUPLICATES, "events dropped as duplicates or stale");
+    describe_counter!(
+        EXPIRED_FLIPS,
+        "flips older than the dedupe horizon with no state left: dead-lettered, not counted"
+    );
+    describe_counter!(
+        OFFSET_RESETS,
+        "partitions whose committed offset was out of range (records lost to retention, or a recreated topic); alert on any"
+    );
     describe_counter!(DELTAS_OUT, "combined deltas written by stage 1");
     describe_counter!(DLQ_RECORDS, "records sent to the dead-letter topic");
     describe_counter!(TRANSACTIONS, "stage-1 transactions committed");

@@ -1,7 +1,7 @@
 //! A failure between the edge flip and the produce loses nothing: the fail point makes the
 //! request fail right after the flip, the outbox keeps the entry, and the relay publishes
-//! the edge's event (once; its next pass publishes nothing). A retry with the same key runs
-//! again at once (the failed request released its claim) and finds the edge already flipped.
+//! the edge's event (once; its next pass publishes nothing). A retry with the same key
+//! replays the answer stored at the flip: the key never runs twice once it flipped.
 
 #![cfg(feature = "failpoints")]
 
@@ -46,10 +46,10 @@ async fn a_flip_whose_produce_failed_is_published_by_the_relay() {
     let again = relay::pass(&app, Duration::ZERO).await.unwrap();
     assert_eq!(again, relay::Pass::default(), "nothing left to publish");
 
-    // The client's retry with the same key runs again: the edge is already liked.
+    // The client's retry with the same key replays the flip's own answer.
     let (s, retried) = client.like("erin", "item-7", "k1").await;
     assert_eq!(s, StatusCode::OK, "{retried}");
-    assert_eq!(retried["changed"], json!(false));
+    assert_eq!(retried["changed"], json!(true));
     assert_eq!(retried["opId"], json!(1));
 
     let topic = settings.topic(&topology.topics.events.name);

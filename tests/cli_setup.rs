@@ -47,6 +47,10 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
         out.contains("table") && out.contains("edges: created"),
         "{out}"
     );
+    assert!(
+        out.contains("topology recorded: buckets = 64, window = 1000 ms"),
+        "{out}"
+    );
 
     let session = cql::connect(&settings.cql).await.unwrap();
     let before = schema_snapshot(&session, ks).await;
@@ -60,7 +64,8 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
             "like_counts",
             "outbox",
             "outbox_floor",
-            "retractions"
+            "retractions",
+            "topology_record"
         ]
     );
 

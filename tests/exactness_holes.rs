@@ -23,11 +23,13 @@ use likes::dedupe::state::now_ms;
 use likes::kafka;
 use likes::topology::Topology;
 
-/// The truth of two scripts over disjoint items.
+/// The truth of two scripts together (over other items, or other users of the same items).
 fn union(a: &fx::Script, b: &fx::Script) -> BTreeMap<String, i64> {
-    let mut t = fx::nonzero(&a.truth);
-    t.extend(fx::nonzero(&b.truth));
-    t
+    let mut t = a.truth.clone();
+    for (item, n) in &b.truth {
+        *t.entry(item.clone()).or_insert(0) += n;
+    }
+    fx::nonzero(&t)
 }
 
 /// Resets a group's committed offsets to the start of `topic` the way an outside tool
@@ -41,7 +43,8 @@ fn outside_reset(settings: &Settings, group: &str, topic: &str, partitions: i32)
         .unwrap();
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Offset(0)).unwrap();
+        tpl.add_partition_offset(topic, p, Offset::Offset(0))
+            .unwrap();
     }
     let started = std::time::Instant::now();
     while let Err(e) = c.commit(&tpl, CommitMode::Sync) {
@@ -88,7 +91,11 @@ async fn a_retry_whose_answer_was_lost_after_the_flip_never_relikes() {
     assert_eq!(un["opId"], json!(2));
     let (s, retried) = client.like("gus", "item-5", "like-1").await;
     assert_eq!(s, StatusCode::OK, "{retried}");
-    assert_eq!(retried["opId"], json!(1), "the retry replays the like's own answer");
+    assert_eq!(
+        retried["opId"],
+        json!(1),
+        "the retry replays the like's own answer"
+    );
     let (_, liked) = client.get("gus", "/v1/items/item-5/likes/gus").await;
     assert_eq!(
         liked["liked"],
@@ -132,7 +139,11 @@ async fn the_relay_never_publishes_a_version_no_request_produced() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     run.check().await;
     run.stop().await;
-    assert_eq!(fx::nonzero(&fx::counts(&settings).await), want, "the count must not move");
+    assert_eq!(
+        fx::nonzero(&fx::counts(&settings).await),
+        want,
+        "the count must not move"
+    );
     fx::teardown(&settings, &topology).await;
 }
 
@@ -154,9 +165,8 @@ async fn a_replay_past_the_horizon_never_recounts() {
 
     let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe);
     let topic = settings.topic(&topology.topics.events.name);
-    let refused = tokio::task::block_in_place(|| {
-        replay::run(&settings, &topology, &group, Target::Earliest)
-    });
+    let refused =
+        tokio::task::block_in_place(|| replay::run(&settings, &topology, &group, Target::Earliest));
     let err = refused.expect_err("a replay to records older than the horizon must be refused");
     assert!(err.to_string().contains("horizon"), "{err}");
 
@@ -203,10 +213,12 @@ async fn a_replay_after_partitions_moved_never_reemits() {
 
     // Replay to the start; the partitions come back to A, whose disk knows only part one.
     let group = format!("{}{}", a.kafka.topic_prefix, topology.groups.dedupe);
-    tokio::task::block_in_place(|| replay::run(&a, &topology, &group, Target::Earliest))
-        .unwrap();
+    tokio::task::block_in_place(|| replay::run(&a, &topology, &group, Target::Earliest)).unwrap();
     let have = run_for(&a, &topology, 15).await;
-    assert_eq!(have, want, "a replay on an instance with stale state must not re-emit");
+    assert_eq!(
+        have, want,
+        "a replay on an instance with stale state must not re-emit"
+    );
 
     // A reset to a time that lands exactly on A's own offsets (the end of part one).
     tokio::task::block_in_place(|| replay::run(&a, &topology, &group, Target::Time(between)))
@@ -299,9 +311,13 @@ async fn changing_the_window_neither_freezes_nor_reapplies() {
     run.stop().await;
 
     // The next deployment doubles the window.
-    let two = topology.clone().with_window(Duration::from_secs(2)).unwrap();
+    let two = topology
+        .clone()
+        .with_window(Duration::from_secs(2))
+        .unwrap();
     record_window(&settings, &two).await;
-    let second = fx::script_with(42, 10, 20, 3, "late", now_ms());
+    // Other users like the same items: their rows exist, so an index fence would freeze them.
+    let second = fx::script_of(42, 10, 20, 3, ("early", "late-user"), now_ms());
     fx::produce(&settings, &two, &second.records).await;
     let want = union(&first, &second);
     let mut run = fx::start(&settings, &two);
@@ -319,9 +335,25 @@ async fn changing_the_window_neither_freezes_nor_reapplies() {
     tokio::task::block_in_place(|| replay::run(&settings, &half, &group, Target::Earliest))
         .unwrap();
     let have = run_for(&settings, &half, 15).await;
-    assert_eq!(have, want, "a shorter window must not re-apply a replayed window");
+    assert_eq!(
+        have, want,
+        "a shorter window must not re-apply a replayed window"
+    );
     fx::teardown(&settings, &topology).await;
 }
 
-/// The documented path for a window change: `likes migrate` records the new window.
-async fn record_window(_settings: &Settings, _topology: &Topology) {}
+/// The documented path for a window change: `likes migrate --accept-window-change`.
+async fn record_window(settings: &Settings, topology: &Topology) {
+    let session = likes::cql::connect(&settings.cql).await.unwrap();
+    // Without the flag the change is refused, by migrate and by the count stage.
+    let refused = likes::cql::recorded::record(&session, &settings.cql.keyspace, topology, false)
+        .await
+        .expect_err("a silent window change must be refused");
+    assert!(
+        refused.to_string().contains("--accept-window-change"),
+        "{refused}"
+    );
+    likes::cql::recorded::record(&session, &settings.cql.keyspace, topology, true)
+        .await
+        .unwrap();
+}

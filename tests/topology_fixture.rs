@@ -35,6 +35,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         records.len() / 2,
         ("item-0#1".into(), vec![0xff, 0xff, 0xff]),
     );
+    let before_events = likes::dedupe::state::now_ms() - 1000;
     fx::produce(&settings, &topology, &records).await;
 
     let mut run = fx::start(&settings, &topology);
@@ -153,8 +154,9 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     eprintln!("replay: {d2:?} {c2:?}");
 
     // Replay to a time: the count group goes back to the corrections (a mid-log reset that
-    // re-offers already applied windows), the dedupe group to the end of its input (every
-    // event is older). A time past what a group has read is refused: it would skip records.
+    // re-offers already applied windows), the dedupe group to just before its first event, with
+    // its state present: every event is read again and none emits. A time past what a group
+    // has read is refused: it would skip records.
     let (ok, _, err) = common::likes(
         &[
             "replay",
@@ -169,8 +171,8 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         !ok && err.contains("refusing to move group"),
         "a reset past the open window's records must be refused: {err}"
     );
-    let to = before_corrections.to_string();
-    for g in &groups {
+    for (g, to) in groups.iter().zip([before_events, before_corrections]) {
+        let to = to.to_string();
         let (ok, out, err) = common::likes(&["replay", "--group", g, "--to-time", &to], &env);
         assert!(ok, "replay {g} --to-time {to}: {err}");
         eprintln!("{out}");
@@ -189,8 +191,14 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         "the corrections' windows were re-offered and fenced: {c3:?}"
     );
     assert_eq!(
-        d3.events, 0,
-        "no event is newer than the reset time: {d3:?}"
+        d3.events as usize,
+        records.len(),
+        "every event is newer than the reset time: {d3:?}"
+    );
+    assert_eq!(
+        d3.replayed as usize,
+        records.len(),
+        "each was below the emitted-up-to offset: {d3:?}"
     );
     fx::teardown(&settings, &topology).await;
 }

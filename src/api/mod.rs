@@ -54,6 +54,7 @@ impl App {
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Arc<Self>> {
         let signer = auth::Signer::from_session_key(&settings.api.session_key)?;
         let session = cql::connect(&settings.cql).await?;
+        cql::recorded::check(&session, &settings.cql.keyspace, topology).await?;
         let stmts = write::Statements::prepare(&session, &settings.cql.keyspace).await?;
         write::init_outbox_floors(&session, &stmts).await?;
         // Each write waits for its event's acknowledgement, so a batch lingers 1 ms, not the

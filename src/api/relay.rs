@@ -3,10 +3,16 @@
 //!
 //! Entries sit in (shard, minute) partitions; each shard's floor names the oldest minute that
 //! may still hold one, so a pass reads a few minutes, not the tombstones of every drained
-//! entry since the start. Every entry older than `min_age` (so requests in flight finish
-//! first) names an edge;
-//! the relay publishes that edge's current (op_id, state) and then deletes exactly the
-//! entries it read. An entry written meanwhile stays for the next pass. Publishing an edge
+//! entry since the start. Every entry older than `min_age` names an edge; `min_age` exceeds a
+//! write's deadline plus one CQL timeout (checked at start), so the request that wrote the
+//! entry has finished, and any flip it sent has landed or never will.
+//!
+//! The relay publishes that edge's current (op_id, state) only if the edge changed at or after
+//! the entry was written (`updated_at >= created_at`: the entry's request, or a later one,
+//! flipped it), then deletes exactly the entries it read. An edge older than its entries was
+//! changed by no request of theirs (a no-op, or a flip whose CAS failed): publishing it would
+//! re-send a version from the past, which stage 1 may no longer remember, so those entries
+//! are only deleted. An entry written meanwhile stays for the next pass. Publishing an edge
 //! whose event is already on the log is harmless: stage 1 drops it by op_id.
 
 use std::collections::BTreeMap;
@@ -31,6 +37,8 @@ pub struct Pass {
     pub published: u64,
     /// Outbox entries deleted.
     pub cleared: u64,
+    /// Edges whose entries' requests changed nothing: entries deleted, nothing published.
+    pub stale: u64,
 }
 
 /// A write puts its outbox entry within its own timeouts of the time its minute is taken
@@ -92,23 +100,29 @@ async fn drain(app: &App, shard: i32, minute: i64, cutoff: i64, done: &mut Pass)
         .execute_unpaged(&app.stmts.outbox_scan, (shard, minute))
         .await?
         .into_rows_result()?;
-    // Edge → its entries old enough to act on.
-    let mut due: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    // Edge → (the earliest write time of its due entries, those entries).
+    let mut due: BTreeMap<(String, String), (i64, Vec<String>)> = BTreeMap::new();
     let mut read = 0;
     let mut young = 0;
     for row in rows.rows::<(String, String, String, Option<CqlTimestamp>)>()? {
         let (item, user, entry, at) = row?;
         read += 1;
-        if at.map(|t| t.0).unwrap_or(0) <= cutoff {
-            due.entry((item, user)).or_default().push(entry);
+        let at = at.map(|t| t.0).unwrap_or(0);
+        if at <= cutoff {
+            let e = due.entry((item, user)).or_insert((i64::MAX, Vec::new()));
+            e.0 = e.0.min(at);
+            e.1.push(entry);
         } else {
             young += 1;
         }
     }
-    for ((item, user), entries) in due {
+    for ((item, user), (written, entries)) in due {
         let bucket = hash::bucket_of(&user, app.topology.buckets) as i32;
         if let Some(edge) = read_edge(&app.session, &app.stmts, &item, bucket, &user).await? {
-            if edge.op_id > 0 {
+            if edge.op_id > 0 && edge.updated_at_ms < written {
+                done.stale += 1;
+                info!(%item, %user, op_id = edge.op_id, "relay: the entries' requests changed nothing; deleting them unpublished");
+            } else if edge.op_id > 0 {
                 publish(app, &item, &user, bucket, &edge, Source::Relay)
                     .await
                     .map_err(|e| crate::error::Error::State(format!("{e:?}")))?;

@@ -12,6 +12,7 @@
 //! Before the flip an outbox entry is written; after the event is published it is deleted.
 //! A crash in between leaves the entry, and `likes relay` publishes the edge's current state.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -344,10 +345,28 @@ pub async fn write_as(
         liked,
         source,
     };
-    let done = act(app, &intent, key, now).await;
-    if done.is_err() {
-        // Let a retry with this key run now instead of waiting for the takeover; what was
-        // done stays done (the flip is idempotent, the relay publishes a pending event).
+    // The deadline bounds how long the outbox entry written in `act` can belong to a live
+    // request: the relay waits longer than it plus one CQL timeout before taking the entry.
+    let deadline = app.settings.api.write_deadline;
+    let left = deadline.saturating_sub(std::time::Duration::from_millis(
+        (now_ms() - now).max(0) as u64
+    ));
+    // Whether this request may have flipped the edge: then its key must never run again.
+    let flipped = AtomicBool::new(false);
+    let done = match tokio::time::timeout(left, act(app, &intent, key, now, &flipped)).await {
+        Ok(done) => done,
+        Err(_) => {
+            // A CAS may still be in flight: whether it applies is unknown.
+            flipped.store(true, Ordering::Relaxed);
+            Err(ApiError::Unavailable(format!(
+                "the write did not finish within its deadline ({deadline:?}); retry with the same key"
+            )))
+        }
+    };
+    if done.is_err() && !flipped.load(Ordering::Relaxed) {
+        // Nothing changed: let a retry with this key run now instead of waiting for the
+        // takeover. After a flip the claim is kept (answered, or taken over later): a re-run
+        // after the user's next write would undo it.
         let _ = app.session.execute_unpaged(&s.release, (user, key)).await;
     }
     done
@@ -367,6 +386,7 @@ async fn act(
     intent: &Intent<'_>,
     key: &str,
     now: i64,
+    flipped: &AtomicBool,
 ) -> std::result::Result<WriteAnswer, ApiError> {
     let &Intent {
         user,
@@ -402,12 +422,6 @@ async fn act(
 
     // Layer 2: the compare-and-set flip.
     let (edge, flipped_from) = flip(&app.session, s, item, bucket, user, liked, now).await?;
-    if flipped_from {
-        fail::fail_point!("api-after-flip-before-produce", |_| Err(
-            ApiError::Unavailable("injected: after the flip, before the produce".into())
-        ));
-        publish(app, item, user, bucket, &edge, source).await?;
-    }
     let answer = WriteAnswer {
         item_id: item.to_string(),
         user_id: user.to_string(),
@@ -416,24 +430,43 @@ async fn act(
         op_id: edge.op_id,
     };
     let body = serde_json::to_string(&answer).expect("answers serialize");
+    let store = async {
+        app.session
+            .execute_unpaged(&s.answer, (&body, user, key))
+            .await?;
+        Ok::<_, ApiError>(())
+    };
+    if flipped_from {
+        flipped.store(true, Ordering::Relaxed);
+        let published = async {
+            fail::fail_point!("api-after-flip-before-produce", |_| Err(
+                ApiError::Unavailable("injected: after the flip, before the produce".into())
+            ));
+            publish(app, item, user, bucket, &edge, source).await
+        }
+        .await;
+        if let Err(e) = published {
+            // The flip is durable and its outbox entry stays for the relay. The answer is
+            // stored, so a retry of this key replays it instead of running again.
+            let _ = store.await;
+            return Err(e);
+        }
+    }
     fail::fail_point!("api-before-outbox-clear", |_| Err(ApiError::Unavailable(
         "injected: before the outbox entry is cleared".into()
     )));
-    // The event is on the log, so neither waits for the other: a leftover outbox entry only
-    // makes the relay publish a harmless duplicate.
+    // The event is on the log (or there was none), so neither waits for the other, and
+    // both run to the end: a failed clear leaves an entry the relay deletes (or publishes
+    // harmlessly), and must not stop the answer from being stored.
     let clear = async {
         app.session
             .execute_unpaged(&s.outbox_del, (shard, minute, item, user, &entry))
             .await?;
         Ok::<_, ApiError>(())
     };
-    let store = async {
-        app.session
-            .execute_unpaged(&s.answer, (body, user, key))
-            .await?;
-        Ok::<_, ApiError>(())
-    };
-    tokio::try_join!(clear, store)?;
+    let (cleared, stored) = tokio::join!(clear, store);
+    stored?;
+    cleared?;
     Ok(answer)
 }
 

@@ -1,9 +1,12 @@
 //! `likes replay`: resets a stage's consumer group to the start of its input, or to a time.
 //!
-//! Safe by construction: stage 1's dedupe state drops every replayed event it has seen, and
-//! stage 2's fence skips every window already applied, so counts do not move. It refuses
-//! while the group has live members (their next commit would undo the reset), relying on
-//! the broker, which rejects a commit from outside a non-empty group.
+//! Safe by construction: stage 1 emits nothing for input below each partition's
+//! emitted-up-to offset (which this reset carries forward in the offsets' metadata, and the
+//! changelog carries too), and stage 2's fence skips every window already applied, so
+//! counts do not move. A stage-1 target older than the dedupe horizon is refused: state for
+//! it no longer exists. It refuses while the group has live members (their next commit would
+//! undo the reset), relying on the broker, which rejects a commit from outside a non-empty
+//! group.
 
 use std::time::Duration;
 
@@ -12,6 +15,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::info;
 
 use crate::config::Settings;
+use crate::dedupe::recovery::{offset_metadata, Committed};
+use crate::dedupe::state::now_ms;
 use crate::error::{Error, Result};
 use crate::kafka;
 use crate::topology::Topology;
@@ -100,16 +105,37 @@ pub fn run(
         };
         offsets.push((p, offset));
     }
-    refuse_skips(&consumer, group, &topic, &offsets, timeout)?;
+    let mut ask = TopicPartitionList::new();
+    for &(p, _) in &offsets {
+        ask.add_partition(&topic, p);
+    }
+    let committed = consumer.committed_offsets(ask, timeout)?;
+    refuse_skips(&committed, group, &topic, &offsets)?;
+    if !is_count {
+        refuse_past_horizon(&consumer, topology, &topic, &offsets, target, timeout)?;
+    }
 
+    let token = format!("reset-{:016x}", rand::random::<u64>());
     let mut tpl = TopicPartitionList::new();
     for &(p, o) in &offsets {
         tpl.add_partition_offset(&topic, p, Offset::Offset(o))?;
-        if is_count {
+        let metadata = if is_count {
             // Stage 2 restarts its window clock from the records themselves.
-            if let Some(mut e) = tpl.find_partition(&topic, p) {
-                e.set_metadata(crate::count::clock_metadata(0));
-            }
+            crate::count::clock_metadata(0)
+        } else {
+            // Everything below the old position was emitted: the reset rewinds the input,
+            // never the history.
+            let old = committed.find_partition(&topic, p);
+            let at = match old.as_ref().map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => Some(o),
+                _ => None,
+            };
+            let was = Committed::parse(at, old.as_ref().map_or("", |e| e.metadata()));
+            let emitted = was.emitted.unwrap_or(0).max(at.unwrap_or(0));
+            offset_metadata(emitted, &token)
+        };
+        if let Some(mut e) = tpl.find_partition(&topic, p) {
+            e.set_metadata(metadata);
         }
     }
     // Stages are static members: a stopped (or killed) one stays in the group until its
@@ -143,20 +169,69 @@ pub fn run(
     })
 }
 
+/// Stage 1 keeps state for `dedupe_ttl`: a replay that starts at records older than that
+/// would meet flips it no longer remembers. Refused, naming the oldest time that is safe.
+fn refuse_past_horizon(
+    consumer: &BaseConsumer,
+    topology: &Topology,
+    topic: &str,
+    offsets: &[(i32, i64)],
+    target: Target,
+    timeout: Duration,
+) -> Result<()> {
+    // A margin, so the replay's first records are not crossing the horizon as it starts.
+    let ttl = topology.dedupe_ttl.as_millis() as i64;
+    let floor = now_ms() - ttl + (ttl / 10).min(60_000);
+    let safe = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + Duration::from_millis(floor.max(0) as u64 + 1000),
+    );
+    let explain = |what: String| {
+        Error::Config(format!(
+            "refusing to replay stage 1 from records older than the dedupe horizon \
+             (dedupe_ttl = {:?}): its state for them no longer exists. {what}. Replay from \
+             within the horizon instead, e.g. --to-time {safe}",
+            topology.dedupe_ttl
+        ))
+    };
+    if let Target::Time(ms) = target {
+        if ms < floor {
+            return Err(explain(format!("--to-time {ms} is before {safe}")));
+        }
+        return Ok(());
+    }
+    let mut q = TopicPartitionList::new();
+    for &(p, _) in offsets {
+        q.add_partition_offset(topic, p, Offset::Offset(floor))?;
+    }
+    let found = consumer.offsets_for_times(q, timeout)?;
+    let mut old = Vec::new();
+    for &(p, to) in offsets {
+        let first_safe = match found.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => o,
+            // No record at or after the floor: every record is older.
+            _ => consumer.fetch_watermarks(topic, p, timeout)?.1,
+        };
+        if first_safe > to {
+            old.push(format!("{topic}/{p}: {} records", first_safe - to));
+        }
+    }
+    if old.is_empty() {
+        return Ok(());
+    }
+    Err(explain(format!(
+        "The earliest records are older: {}",
+        old.join(", ")
+    )))
+}
+
 /// A replay only moves a group back. Moving it past its committed offset would skip records
 /// the stage never read: likes that would never be counted.
 fn refuse_skips(
-    consumer: &BaseConsumer,
+    committed: &TopicPartitionList,
     group: &str,
     topic: &str,
     offsets: &[(i32, i64)],
-    timeout: Duration,
 ) -> Result<()> {
-    let mut tpl = TopicPartitionList::new();
-    for &(p, _) in offsets {
-        tpl.add_partition(topic, p);
-    }
-    let committed = consumer.committed_offsets(tpl, timeout)?;
     let skips: Vec<String> = offsets
         .iter()
         .filter_map(|&(p, to)| {

@@ -103,14 +103,18 @@ pub async fn run(settings: &Settings, topology: &Topology) -> Result<TopicsRepor
         .into_iter()
         .map(|(_, spec)| (settings.topic(&spec.name), spec))
         .collect();
-    for (name, spec) in &names {
+    let wanted_all: Vec<BTreeMap<String, String>> = names
+        .iter()
+        .map(|(_, spec)| wanted_configs(spec, settings.kafka.replication_factor))
+        .collect();
+    for ((name, spec), wanted) in names.iter().zip(&wanted_all) {
         if !existing.contains_key(name) {
             let mut t = NewTopic::new(
                 name,
                 spec.partitions,
                 TopicReplication::Fixed(settings.kafka.replication_factor),
             );
-            for (k, v) in &spec.config {
+            for (k, v) in wanted {
                 t = t.set(k, v);
             }
             to_create.push(t);
@@ -146,15 +150,19 @@ pub async fn run(settings: &Settings, topology: &Topology) -> Result<TopicsRepor
         if report.topics.contains_key(name) {
             continue;
         }
-        let changes = config_drift(&admin, &opts, name, &spec.config).await?;
+        let wanted = wanted_configs(spec, settings.kafka.replication_factor);
+        let (changes, overrides) = config_drift(&admin, &opts, name, &wanted).await?;
         if changes.is_empty() {
             report.topics.insert(name.clone(), TopicAction::Unchanged);
             continue;
         }
-        // AlterConfigs (non-incremental) sets exactly the given configs: topology/ is the
-        // whole truth about a topic's configs.
+        // AlterConfigs (the only form this client offers) replaces a topic's whole set of
+        // overrides; sending every override the topic has, with ours changed, touches only
+        // the configs topology/ names and keeps an operator's others.
+        let mut merged = overrides;
+        merged.extend(wanted);
         let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
-        for (k, v) in &spec.config {
+        for (k, v) in &merged {
             alter = alter.set(k, v);
         }
         for result in admin.alter_configs(&[alter], &opts).await? {
@@ -187,13 +195,37 @@ fn existing_partitions(
         .collect())
 }
 
-/// The spec's configs whose value on the cluster differs: (key, cluster value, spec value).
+/// The configs `likes topics` sets on a topic: the spec's, and the durable settings that
+/// follow the replication factor. With RF >= 3, `min.insync.replicas = RF - 1`: an
+/// acknowledged record (acks=all) is then on at least two disks, and one broker may be
+/// down without stopping writes. Below 3 the broker's setting stays.
+pub fn wanted_configs(
+    spec: &crate::topology::TopicSpec,
+    replication_factor: i32,
+) -> BTreeMap<String, String> {
+    let mut c = spec.config.clone();
+    if replication_factor >= 3 {
+        c.insert(
+            "min.insync.replicas".into(),
+            (replication_factor - 1).to_string(),
+        );
+    }
+    c
+}
+
+/// Drift of a topic's configs: the wanted configs whose value on the cluster differs (key,
+/// cluster value, wanted value), and every override the topic has now (to keep).
+type Drift = (
+    Vec<(String, Option<String>, String)>,
+    BTreeMap<String, String>,
+);
+
 async fn config_drift(
     admin: &AdminClient<DefaultClientContext>,
     opts: &AdminOptions,
     topic: &str,
     wanted: &BTreeMap<String, String>,
-) -> Result<Vec<(String, Option<String>, String)>> {
+) -> Result<Drift> {
     let results = admin
         .describe_configs(&[ResourceSpecifier::Topic(topic)], opts)
         .await?;
@@ -212,11 +244,45 @@ async fn config_drift(
             })
         }
     };
-    Ok(wanted
+    let overrides = resource
+        .entries
+        .iter()
+        .filter(|e| e.source == rdkafka::admin::ConfigSource::DynamicTopic && !e.is_sensitive)
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .collect();
+    let changes = wanted
         .iter()
         .filter_map(|(k, v)| {
             let have = resource.get(k).and_then(|e| e.value.clone());
             (have.as_deref() != Some(v.as_str())).then(|| (k.clone(), have, v.clone()))
         })
-        .collect())
+        .collect();
+    Ok((changes, overrides))
+}
+
+#[cfg(test)]
+mod durable_tests {
+    use super::wanted_configs;
+
+    #[test]
+    fn min_insync_follows_the_replication_factor() {
+        let t = crate::topology::Topology::load(None).unwrap();
+        for (_, spec) in t.topics() {
+            assert_eq!(
+                wanted_configs(spec, 3)
+                    .get("min.insync.replicas")
+                    .map(String::as_str),
+                Some("2"),
+                "{}",
+                spec.name
+            );
+            assert_eq!(
+                wanted_configs(spec, 5)
+                    .get("min.insync.replicas")
+                    .map(String::as_str),
+                Some("4")
+            );
+            assert_eq!(wanted_configs(spec, 1).get("min.insync.replicas"), None);
+        }
+    }
 }

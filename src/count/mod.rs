@@ -50,7 +50,6 @@ pub struct Count {
     sink: Sink,
     deltas_topic: String,
     dlq_topic: String,
-    window_ms: i64,
     committed: Vec<(i32, ResumePoint)>,
     pub records: u64,
 }
@@ -71,6 +70,7 @@ impl Count {
         consumer.subscribe(&[&deltas_topic])?;
         let dlq: BaseProducer = kafka::producer_config(&settings.kafka).create()?;
         let session = cql::connect(&settings.cql).await?;
+        cql::recorded::check(&session, &settings.cql.keyspace, topology).await?;
         let mut sink = Sink::new(
             session,
             &settings.cql.keyspace,
@@ -92,7 +92,6 @@ impl Count {
             sink,
             deltas_topic,
             dlq_topic: settings.topic(&topology.topics.dlq.name),
-            window_ms: topology.window.as_millis() as i64,
             committed: Vec::new(),
             records: 0,
         })
@@ -130,7 +129,7 @@ impl Count {
         }
         let closed = self.windows.take_closed();
         if !closed.is_empty() {
-            self.sink.apply(closed, self.window_ms).await?;
+            self.sink.apply(closed).await?;
             // Fault-test hook: the counter rows are written, the offsets not yet committed.
             fail::fail_point!("count-after-sink-before-commit");
         }
@@ -141,11 +140,13 @@ impl Count {
         if self.assignments.is_empty() {
             return Ok(());
         }
-        for p in self.assignments.take_revoked() {
-            self.windows.revoke(p);
-            self.committed.retain(|(q, _)| *q != p);
-        }
-        let assigned = self.assignments.take_assigned();
+        // In the order they happened: a partition assigned and revoked again within one
+        // poll is never taken up.
+        let (windows, committed) = (&mut self.windows, &mut self.committed);
+        let assigned = kafka::newly_assigned(self.assignments.take(), |p| {
+            windows.revoke(p);
+            committed.retain(|(q, _)| *q != p);
+        });
         if assigned.is_empty() {
             return Ok(());
         }

@@ -68,7 +68,10 @@ pub struct Sink {
     pub stats: SinkStats,
 }
 
-/// One item's pending windows: window id → (delta, earliest event time).
+/// One item's pending windows: window end time (ms on the log clock) → (delta, earliest event
+/// time). The fence compares end times, never window indices: a window length changed
+/// between deployments then neither freezes counts (shorter ids looking "applied") nor
+/// re-applies a replayed window (longer ids looking new).
 type Pending = BTreeMap<i64, (i64, i64)>;
 
 /// One item to bring up to date.
@@ -145,14 +148,14 @@ impl Sink {
     }
 
     /// Applies closed windows; returns when every one is applied (or skipped by the fence).
-    pub async fn apply(&mut self, windows: Vec<ClosedWindow>, window_ms: i64) -> Result<()> {
+    pub async fn apply(&mut self, windows: Vec<ClosedWindow>) -> Result<()> {
         let mut by_item: HashMap<String, Pending> = HashMap::new();
         for w in windows {
             for (item, d) in w.items {
                 let e = by_item
                     .entry(item)
                     .or_default()
-                    .entry(w.id)
+                    .entry(w.end_ms)
                     .or_insert((0, d.event_time_ms));
                 e.0 += d.delta;
                 e.1 = e.1.min(d.event_time_ms);
@@ -174,7 +177,7 @@ impl Sink {
         }
         let this = &*self;
         let outcomes: Vec<Result<Outcome>> = stream::iter(by_shard)
-            .map(|(shard, jobs)| this.apply_shard(shard, jobs, window_ms))
+            .map(|(shard, jobs)| this.apply_shard(shard, jobs))
             .buffer_unordered(self.max_in_flight)
             .collect()
             .await;
@@ -201,22 +204,16 @@ impl Sink {
 
     /// One shard's items, `batch_rows` at a time. A shard's batches run one after another:
     /// concurrent Paxos rounds on one partition would only contend.
-    async fn apply_shard(&self, shard: i32, mut jobs: Vec<Job>, window_ms: i64) -> Result<Outcome> {
+    async fn apply_shard(&self, shard: i32, mut jobs: Vec<Job>) -> Result<Outcome> {
         let mut out = Outcome::default();
         for chunk in jobs.chunks_mut(self.batch_rows) {
-            self.apply_chunk(shard, chunk, window_ms, &mut out).await?;
+            self.apply_chunk(shard, chunk, &mut out).await?;
         }
         out.rows = jobs.into_iter().map(|j| (j.item, j.row)).collect();
         Ok(out)
     }
 
-    async fn apply_chunk(
-        &self,
-        shard: i32,
-        jobs: &mut [Job],
-        window_ms: i64,
-        out: &mut Outcome,
-    ) -> Result<()> {
+    async fn apply_chunk(&self, shard: i32, jobs: &mut [Job], out: &mut Outcome) -> Result<()> {
         for _attempt in 0..20 {
             let planned = plan(jobs, &mut out.stats);
             if planned.is_empty() {
@@ -226,7 +223,7 @@ impl Sink {
             let mut values: Vec<Vec<CqlValue>> = Vec::with_capacity(planned.len());
             for p in &planned {
                 let job = &jobs[p.job];
-                let as_of = CqlValue::Timestamp(CqlTimestamp((p.top + 1) * window_ms));
+                let as_of = CqlValue::Timestamp(CqlTimestamp(p.top));
                 match job.row {
                     None => {
                         batch.append_statement(self.insert.clone());

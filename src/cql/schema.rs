@@ -115,7 +115,15 @@ pub const TABLES: &[TableSpec] = &[
         partition_key: &["shard"],
         clustering: &["item_id"],
         options: "",
-        purpose: "public counts; written only through the LWT fence",
+        purpose: "public counts; written only through the LWT fence (last_window: the end time, ms, of the last window applied)",
+    },
+    TableSpec {
+        name: "topology_record",
+        columns: &[("name", "text"), ("value", "bigint")],
+        partition_key: &["name"],
+        clustering: &[],
+        options: "",
+        purpose: "the bucket count and window length the keyspace was built with; processes refuse a silent change",
     },
 ];
 

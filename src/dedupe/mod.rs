@@ -15,7 +15,7 @@ pub mod recovery;
 pub mod rule;
 pub mod state;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,8 +34,9 @@ use crate::kafka::{self, Assignments, StageContext};
 use crate::metrics as m;
 use crate::schema::v1::{delta_record, Delta, DeltaRecord, Tick};
 use crate::topology::Topology;
+use recovery::{offset_metadata, Committed};
 use rule::{EdgeVersion, Verdict};
-use state::{edge_key, now_ms, EdgeStore};
+use state::{edge_key, now_ms, EdgeStore, PartitionMark, EMITTED_KEY};
 
 /// Counters of one stage-1 process, read by tests and exported as metrics.
 #[derive(Debug, Default, Clone)]
@@ -45,6 +46,10 @@ pub struct DedupeStats {
     pub dead_letters: u64,
     pub deltas_out: u64,
     pub transactions: u64,
+    /// Events below a partition's emitted-up-to offset: state re-derived, nothing emitted.
+    pub replayed: u64,
+    /// Flips older than the horizon with nothing remembered: dead-lettered, not counted.
+    pub expired: u64,
 }
 
 /// One stage-1 worker.
@@ -55,7 +60,8 @@ pub struct Dedupe {
     producer: BaseProducer,
     store: EdgeStore,
     assignments: Arc<Assignments>,
-    recovered: HashSet<i32>,
+    /// Per owned, recovered partition: its mark as last committed.
+    marks: HashMap<i32, PartitionMark>,
     events_topic: String,
     deltas_topic: String,
     dlq_topic: String,
@@ -140,7 +146,7 @@ impl Dedupe {
             producer,
             store,
             assignments,
-            recovered: HashSet::new(),
+            marks: HashMap::new(),
             deltas_topic: settings.topic(&topology.topics.deltas.name),
             dlq_topic: settings.topic(&topology.topics.dlq.name),
             changelog_topic: settings.topic(&topology.topics.dedupe_changelog.name),
@@ -183,7 +189,7 @@ impl Dedupe {
         self.handle_rebalance()?;
         // Records fetched before a revoke that happened during this poll belong to the new
         // owner, which reads them from the committed offset.
-        pending_msgs.retain(|m| self.recovered.contains(&m.partition()));
+        pending_msgs.retain(|m| self.marks.contains_key(&m.partition()));
         let now = now_ms();
         let horizon = self.topology.dedupe_ttl.as_millis() as i64;
         for m in &pending_msgs {
@@ -194,7 +200,21 @@ impl Dedupe {
             return Ok(());
         }
         phase.lap("process");
-        match self.commit(&batch, tick_due) {
+        let token = format!("{:016x}", rand::random::<u64>());
+        let marks: BTreeMap<i32, PartitionMark> = batch
+            .offsets
+            .iter()
+            .map(|(&p, &(_, next))| {
+                let emitted = self.marks.get(&p).map_or(0, |m| m.emitted).max(next);
+                let mark = PartitionMark {
+                    offset: next,
+                    emitted,
+                    token: token.clone(),
+                };
+                (p, mark)
+            })
+            .collect();
+        match self.commit(&batch, &marks, tick_due) {
             Ok(()) => {}
             Err(e) if e.is_retryable() || is_abortable(&e) => {
                 warn!(error = %e, "transaction failed; aborting and re-reading the batch");
@@ -222,8 +242,9 @@ impl Dedupe {
         phase.lap("commit");
         self.store.commit(
             batch.edges.iter().map(|(k, (v, _))| (k.as_slice(), v)),
-            batch.offsets.iter().map(|(&p, &(_, next))| (p, next)),
+            marks.iter().map(|(&p, m)| (p, m)),
         )?;
+        self.marks.extend(marks);
         phase.lap("state");
         fail::fail_point!("dedupe-after-state-write");
         self.producer.poll(Duration::ZERO);
@@ -233,11 +254,13 @@ impl Dedupe {
         Ok(())
     }
 
+    /// Applies rebalance events in the order they happened, then recovers every partition
+    /// still newly assigned. A partition revoked again before this runs is never processed.
     fn handle_rebalance(&mut self) -> Result<()> {
-        for p in self.assignments.take_revoked() {
-            self.recovered.remove(&p);
-        }
-        let pending = self.assignments.take_assigned();
+        let marks = &mut self.marks;
+        let pending = kafka::newly_assigned(self.assignments.take(), |p| {
+            marks.remove(&p);
+        });
         if pending.is_empty() {
             return Ok(());
         }
@@ -253,15 +276,15 @@ impl Dedupe {
                 Offset::Offset(o) => Some(o),
                 _ => None,
             };
-            let r = recovery::recover_partition(
+            let (r, mark) = recovery::recover_partition(
                 &self.settings,
                 &self.changelog_topic,
                 &self.store,
                 e.partition(),
-                offset,
+                &Committed::parse(offset, e.metadata()),
             )?;
-            info!(partition = e.partition(), recovery = ?r, "partition ready");
-            self.recovered.insert(e.partition());
+            info!(partition = e.partition(), recovery = ?r, emitted_up_to = mark.emitted, "partition ready");
+            self.marks.insert(e.partition(), mark);
         }
         Ok(())
     }
@@ -280,8 +303,18 @@ impl Dedupe {
             .and_modify(|(_, next)| *next = m.offset() + 1)
             .or_insert((m.offset(), m.offset() + 1));
         self.stats.events += 1;
+        // Below the emitted-up-to offset every delta was emitted (and every dead letter
+        // sent) before: re-derive state, emit nothing.
+        let replay = self
+            .marks
+            .get(&p)
+            .is_some_and(|mark| m.offset() < mark.emitted);
+        if replay {
+            self.stats.replayed += 1;
+        }
         let valid = match event::parse(m.key(), m.payload(), self.topology.buckets) {
             Ok(v) => v,
+            Err(_) if replay => return Ok(()),
             Err(reason) => {
                 batch.dead.push(DeadLetter {
                     key: m.key().map(<[u8]>::to_vec),
@@ -305,6 +338,24 @@ impl Dedupe {
                 self.stats.duplicates += 1;
                 metrics::counter!(m::DUPLICATES).increment(1);
             }
+            Verdict::Expired if replay => {}
+            Verdict::Expired => {
+                self.stats.expired += 1;
+                metrics::counter!(m::EXPIRED_FLIPS).increment(1);
+                batch.dead.push(DeadLetter {
+                    key: m.key().map(<[u8]>::to_vec),
+                    payload: m.payload().map(<[u8]>::to_vec),
+                    partition: p,
+                    offset: m.offset(),
+                    reason: format!(
+                        "flip older than the dedupe horizon ({:?}) with no state left: it may be a redelivery of a version counted before, so it is not counted; reconcile the item if it was new",
+                        self.topology.dedupe_ttl
+                    ),
+                });
+            }
+            Verdict::Apply { state, .. } if replay => {
+                batch.edges.insert(key, (state, p));
+            }
             Verdict::Apply { delta, state } => {
                 batch.edges.insert(key, (state, p));
                 let e = batch
@@ -319,7 +370,12 @@ impl Dedupe {
         Ok(())
     }
 
-    fn commit(&mut self, batch: &Batch, tick: bool) -> Result<()> {
+    fn commit(
+        &mut self,
+        batch: &Batch,
+        marks: &BTreeMap<i32, PartitionMark>,
+        tick: bool,
+    ) -> Result<()> {
         let timeout = self.settings.kafka.request_timeout;
         let mut t = Phases::start();
         self.producer.begin_transaction()?;
@@ -385,10 +441,25 @@ impl Dedupe {
             }
         }
         t.lap("commit_send");
+        // Each partition's emitted-up-to offset travels with its state (the changelog
+        // marker) and with its offset (the metadata), in this transaction.
+        for (&p, mark) in marks {
+            let value = mark.emitted.to_be_bytes();
+            send(
+                &self.producer,
+                BaseRecord::to(&self.changelog_topic)
+                    .partition(p)
+                    .key(EMITTED_KEY)
+                    .payload(&value[..]),
+            )?;
+        }
         if !batch.offsets.is_empty() {
             let mut tpl = TopicPartitionList::new();
-            for (&p, &(_, next)) in &batch.offsets {
-                tpl.add_partition_offset(&self.events_topic, p, Offset::Offset(next))?;
+            for (&p, mark) in marks {
+                tpl.add_partition_offset(&self.events_topic, p, Offset::Offset(mark.offset))?;
+                if let Some(mut e) = tpl.find_partition(&self.events_topic, p) {
+                    e.set_metadata(offset_metadata(mark.emitted, &mark.token));
+                }
             }
             let meta = self
                 .consumer

@@ -13,6 +13,9 @@
 //!   it was published), so the baseline is "not liked" and delta = +1 / 0. The event's
 //!   `prev_event_time_ms` tells the two apart. (DESIGN.md's shorter rule, +1/-1 always,
 //!   miscounts a reordered or superseded unlike within the horizon by -1.)
+//! - nothing remembered and the flip itself older than the horizon: its state, if it was
+//!   ever counted, has expired, so it cannot be told from a redelivery; counting it would
+//!   count a redelivered version again. It is refused ([`Verdict::Expired`]).
 
 /// What stage 1 remembers of one edge: the last op it counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +43,16 @@ pub enum Verdict {
     Drop,
     /// Count `delta` (-1, 0 or +1) and remember `state`.
     Apply { delta: i64, state: EdgeVersion },
+    /// Older than the horizon with nothing remembered: a redelivery of a version counted
+    /// once and since forgotten, or a flip stage 1 saw only after its horizon. Neither can
+    /// be counted safely; the stage dead-letters it (reconciliation is the backstop).
+    Expired,
+}
+
+/// The one notion of expiry: state for an op whose event time is `event_time_ms` is gone at
+/// `now_ms`. Reads, the rule and (with a margin, see `state`) compaction all use it.
+pub fn expired(event_time_ms: i64, now_ms: i64, horizon_ms: i64) -> bool {
+    event_time_ms.saturating_add(horizon_ms) < now_ms
 }
 
 /// Applies the rule. `now_ms` is the stage's clock and `horizon_ms` the state TTL.
@@ -53,10 +66,11 @@ pub fn apply(remembered: Option<EdgeVersion>, flip: Flip, now_ms: i64, horizon_m
     let delta = match remembered {
         Some(r) if flip.op_id <= r.op_id => return Verdict::Drop,
         Some(r) => new - i64::from(r.liked),
+        None if expired(flip.event_time_ms, now_ms, horizon_ms) => return Verdict::Expired,
         None => {
             let prev_expired = flip.op_id > 1
                 && flip.prev_event_time_ms > 0
-                && flip.prev_event_time_ms.saturating_add(horizon_ms) < now_ms;
+                && expired(flip.prev_event_time_ms, now_ms, horizon_ms);
             if prev_expired {
                 // The previous flip counted its opposite state.
                 new - i64::from(!flip.liked)
@@ -179,10 +193,18 @@ mod tests {
     #[test]
     fn a_version_redelivered_past_the_horizon_counts_nothing() {
         // The like counted once, 8 days ago; any number of redeliveries adds nothing.
-        assert_eq!(redelivered_long_after(1), 0, "a redelivered like re-counted");
+        assert_eq!(
+            redelivered_long_after(1),
+            0,
+            "a redelivered like re-counted"
+        );
         assert_eq!(redelivered_long_after(3), 0);
         // The unlike took its -1 once; a redelivery must not take another.
-        assert_eq!(redelivered_long_after(2), 0, "a redelivered unlike re-counted");
+        assert_eq!(
+            redelivered_long_after(2),
+            0,
+            "a redelivered unlike re-counted"
+        );
         assert_eq!(redelivered_long_after(4), 0);
     }
 

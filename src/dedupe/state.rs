@@ -1,13 +1,15 @@
 //! Stage 1's local state in RocksDB: per edge the last counted (op_id, state, event time),
 //! and per input partition the offset the state reflects.
 //!
-//! Invariant: after recovery, the state of a partition reflects exactly the input below its
-//! committed offset. The stage writes state only after its Kafka transaction committed, in one
-//! WriteBatch with the new offsets; so local state is never ahead of Kafka, and when it lags
-//! (a crash between the commit and the write, or a lost disk) the partition is rebuilt from
-//! the changelog topic, which the same transactions wrote. See `super::recovery`.
+//! Invariant: after recovery, the state of a partition equals what the changelog holds at its
+//! committed position. The stage writes state only after its Kafka transaction committed, in
+//! one WriteBatch with the partition's mark (offset, emitted-up-to, transaction token); local
+//! state is trusted only when its mark names the transaction that Kafka's committed offset
+//! names, and otherwise (a crash between the commit and the write, a lost disk, another
+//! instance owning the partition meanwhile, a reset) it is rebuilt from the changelog topic,
+//! which the same transactions wrote. See `super::recovery`.
 //!
-//! Keys: `e<item>\0<user>` for edges, `o<partition:i32 BE>` for offsets. Edges expire
+//! Keys: `e<item>\0<user>` for edges, `o<partition:i32 BE>` for partition marks. Edges expire
 //! `horizon` after their event time: filtered on read, removed by a compaction filter.
 
 use std::path::Path;
@@ -16,7 +18,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rocksdb::compaction_filter::Decision;
 use rocksdb::{BlockBasedOptions, Cache, Options, WriteBatch, WriteOptions, DB};
 
-use super::rule::EdgeVersion;
+use super::rule::{expired, EdgeVersion};
+
+/// How long past its horizon compaction keeps an edge: far longer than any turn takes, so
+/// no turn's clock (read once, at its start) still sees a removed edge as live.
+pub const COMPACTION_GRACE_MS: i64 = 3_600_000;
 use crate::error::{Error, Result};
 
 /// Wall clock, Unix ms: the clock TTLs are measured on.
@@ -40,6 +46,48 @@ pub fn edge_key(item_id: &str, user_id: &str) -> Vec<u8> {
 fn offset_key(partition: i32) -> [u8; 5] {
     let p = partition.to_be_bytes();
     [b'o', p[0], p[1], p[2], p[3]]
+}
+
+/// The key of a partition's emitted-up-to marker on the changelog topic (edge keys start
+/// with `e`, so no edge can collide with it).
+pub const EMITTED_KEY: &[u8] = b"x";
+
+/// What a partition's local state says of itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionMark {
+    /// The input offset the state reflects (the next record to read).
+    pub offset: i64,
+    /// Deltas were emitted for every input record below this offset, by whichever instance
+    /// owned the partition: input below it re-derives state and emits nothing.
+    pub emitted: i64,
+    /// The transaction that last committed this partition (also in the committed offset's
+    /// metadata): local state is trusted only when the two agree.
+    pub token: String,
+}
+
+impl PartitionMark {
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(16 + self.token.len());
+        b.extend_from_slice(&self.offset.to_be_bytes());
+        b.extend_from_slice(&self.emitted.to_be_bytes());
+        b.extend_from_slice(self.token.as_bytes());
+        b
+    }
+
+    /// Also reads the 8-byte offsets of earlier versions (emitted unknown: the offset).
+    fn decode(b: &[u8]) -> Option<Self> {
+        let offset = i64::from_be_bytes(b.get(..8)?.try_into().ok()?);
+        let emitted = match b.get(8..16) {
+            Some(e) => i64::from_be_bytes(e.try_into().ok()?),
+            None => offset,
+        };
+        let token = String::from_utf8_lossy(b.get(16..).unwrap_or_default()).into_owned();
+        Some(Self {
+            offset,
+            emitted,
+            token,
+        })
+    }
 }
 
 /// 17 bytes: op_id (u64 BE), liked (u8), event time (i64 BE).
@@ -89,10 +137,13 @@ impl EdgeStore {
         // re-checksummed a whole filter block (seen as most of stage 1's CPU at 3M edges).
         table.set_cache_index_and_filter_blocks(false);
         opts.set_block_based_table_factory(&table);
+        // Compaction runs on its own threads and clock; a turn reads with the clock of its
+        // start. Removing only what was expired `COMPACTION_GRACE_MS` ago keeps an edge until
+        // no turn can still read it as live (see `rule::expired`).
         opts.set_compaction_filter("likes-edge-ttl", move |_level, key: &[u8], value: &[u8]| {
             if key.first() == Some(&b'e') {
                 if let Some(v) = decode_version(value) {
-                    if v.event_time_ms.saturating_add(horizon_ms) < now_ms() {
+                    if expired(v.event_time_ms, now_ms() - COMPACTION_GRACE_MS, horizon_ms) {
                         return Decision::Remove;
                     }
                 }
@@ -112,23 +163,29 @@ impl EdgeStore {
             .get_pinned(key)
             .map_err(|e| Error::State(e.to_string()))?;
         Ok(v.and_then(|b| decode_version(&b))
-            .filter(|v| v.event_time_ms.saturating_add(self.horizon_ms) >= now))
+            .filter(|v| !expired(v.event_time_ms, now, self.horizon_ms)))
     }
 
     /// The input offset partition `p`'s state reflects, if any.
     pub fn offset(&self, partition: i32) -> Result<Option<i64>> {
+        Ok(self.mark(partition)?.map(|m| m.offset))
+    }
+
+    /// What partition `p`'s local state says of itself, if it has any.
+    pub fn mark(&self, partition: i32) -> Result<Option<PartitionMark>> {
         let v = self
             .db
             .get(offset_key(partition))
             .map_err(|e| Error::State(e.to_string()))?;
-        Ok(v.and_then(|b| b.try_into().ok().map(i64::from_be_bytes)))
+        Ok(v.and_then(|b| PartitionMark::decode(&b)))
     }
 
-    /// Writes edges and offsets atomically (one WriteBatch, without the WAL: see below).
+    /// Writes edges and partition marks atomically (one WriteBatch, without the WAL: see
+    /// below).
     pub fn commit<'a>(
         &self,
         edges: impl IntoIterator<Item = (&'a [u8], &'a EdgeVersion)>,
-        offsets: impl IntoIterator<Item = (i32, i64)>,
+        marks: impl IntoIterator<Item = (i32, &'a PartitionMark)>,
     ) -> Result<()> {
         // Sorted: the memtable's skip list then inserts each key next to the last one
         // (its sequential-insert hint) instead of searching from the top every time.
@@ -138,12 +195,12 @@ impl EdgeStore {
         for (k, v) in edges {
             batch.put(k, encode_version(v));
         }
-        for (p, o) in offsets {
-            batch.put(offset_key(p), o.to_be_bytes());
+        for (p, m) in marks {
+            batch.put(offset_key(p), m.encode());
         }
-        // No WAL: edges and the offsets they reflect share every batch, so a crash that loses
-        // unflushed writes loses both together; the partition's offset then lags Kafka's
-        // and recovery restores it from the changelog. Durability lives in Kafka.
+        // No WAL: edges and the marks they reflect share every batch, so a crash that loses
+        // unflushed writes loses both together; the partition's mark then disagrees with
+        // Kafka's and recovery rebuilds it from the changelog. Durability lives in Kafka.
         self.db
             .write_opt(batch, &no_wal())
             .map_err(|e| Error::State(e.to_string()))
@@ -221,9 +278,14 @@ mod tests {
         let (k1, k2) = (edge_key("i", "u1"), edge_key("i", "u2"));
         {
             let s = EdgeStore::open(&dir, h, 8 << 20).unwrap();
+            let mark = PartitionMark {
+                offset: 1234,
+                emitted: 2000,
+                token: "t1".into(),
+            };
             s.commit(
                 [(k1.as_slice(), &fresh), (k2.as_slice(), &old)],
-                [(4, 1234)],
+                [(4, &mark)],
             )
             .unwrap();
         }
@@ -231,6 +293,8 @@ mod tests {
         assert_eq!(s.get(&k1, now_ms()).unwrap(), Some(fresh));
         assert_eq!(s.get(&k2, now_ms()).unwrap(), None, "past the horizon");
         assert_eq!(s.offset(4).unwrap(), Some(1234));
+        assert_eq!(s.mark(4).unwrap().unwrap().emitted, 2000);
+        assert_eq!(s.mark(4).unwrap().unwrap().token, "t1");
         assert_eq!(s.offset(5).unwrap(), None);
 
         let mut b = WriteBatch::default();
@@ -261,7 +325,8 @@ mod tests {
         };
         let k = edge_key("i", "u");
         let s = EdgeStore::open(&dir, h, 8 << 20).unwrap();
-        s.commit([(k.as_slice(), &liked)], [(0, 1)]).unwrap();
+        s.commit([(k.as_slice(), &liked)], [(0, &PartitionMark::default())])
+            .unwrap();
         s.flush().unwrap();
         s.db.compact_range::<&[u8], &[u8]>(None, None);
         let unlike = crate::dedupe::rule::Flip {
@@ -273,7 +338,10 @@ mod tests {
         let remembered = s.get(&k, turn_now).unwrap();
         let verdict = crate::dedupe::rule::apply(remembered, unlike, turn_now, h);
         assert!(
-            matches!(verdict, crate::dedupe::rule::Verdict::Apply { delta: -1, .. }),
+            matches!(
+                verdict,
+                crate::dedupe::rule::Verdict::Apply { delta: -1, .. }
+            ),
             "the unlike of a counted like must take it back: {verdict:?}"
         );
         std::fs::remove_dir_all(dir).unwrap();

@@ -42,6 +42,19 @@ pub fn script_with(
     prefix: &str,
     base_ms: i64,
 ) -> Script {
+    script_of(seed, items, users, max_flips, (prefix, "user"), base_ms)
+}
+
+/// [`script_with`] with users named `<users>-<n>`: a second script over the same items and
+/// other users adds to the first's counts.
+pub fn script_of(
+    seed: u64,
+    items: usize,
+    users: usize,
+    max_flips: u64,
+    (prefix, user_prefix): (&str, &str),
+    base_ms: i64,
+) -> Script {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut truth = BTreeMap::new();
     let mut per_key: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
@@ -54,7 +67,7 @@ pub fn script_with(
             if n == 0 {
                 continue;
             }
-            let user = format!("user-{u}");
+            let user = format!("{user_prefix}-{u}");
             let bucket = hash::bucket_of(&user, 64);
             let key = hash::event_key(&item, bucket);
             if n % 2 == 1 {

@@ -1,0 +1,209 @@
+//! The topology a keyspace was built with, recorded in it (`topology_record`): the bucket
+//! count and the window length. Processes that write the keyspace check it at start and
+//! refuse a silent change; `likes migrate` is the documented way to make one.
+//!
+//! - buckets: an edge lives in CQL partition (item, hash(user) % buckets) and its events are
+//!   keyed the same way; another count moves every edge, so it is refused (README, "Changing
+//!   the bucket count").
+//! - window: the fence compares window end times in ms, so a new length is safe; it is still
+//!   recorded, and changed only by `likes migrate --accept-window-change`.
+//! - fence: keyspaces written before the fence moved to end times hold window indices in
+//!   `like_counts.last_window`; `likes migrate` converts them once (with the window in force)
+//!   before anything is recorded, and a process refuses to start until it has.
+
+use scylla::client::session::Session;
+use scylla::statement::SerialConsistency;
+
+use crate::error::{Error, Result};
+use crate::topology::Topology;
+
+const BUCKETS: &str = "buckets";
+const WINDOW_MS: &str = "window_ms";
+
+/// What the keyspace records, if anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    pub buckets: i64,
+    pub window_ms: i64,
+}
+
+async fn read(session: &Session, ks: &str) -> Result<Option<Recorded>> {
+    let rows = session
+        .query_unpaged(format!("SELECT name, value FROM {ks}.topology_record"), ())
+        .await?
+        .into_rows_result()?;
+    let (mut buckets, mut window_ms) = (None, None);
+    for row in rows.rows::<(String, Option<i64>)>()? {
+        let (name, value) = row?;
+        match name.as_str() {
+            BUCKETS => buckets = value,
+            WINDOW_MS => window_ms = value,
+            _ => {}
+        }
+    }
+    Ok(match (buckets, window_ms) {
+        (Some(buckets), Some(window_ms)) => Some(Recorded { buckets, window_ms }),
+        _ => None,
+    })
+}
+
+async fn has_counter_rows(session: &Session, ks: &str) -> Result<bool> {
+    let rows = session
+        .query_unpaged(format!("SELECT item_id FROM {ks}.like_counts LIMIT 1"), ())
+        .await?
+        .into_rows_result()?;
+    Ok(rows.rows_num() > 0)
+}
+
+async fn put(session: &Session, ks: &str, name: &str, value: i64) -> Result<()> {
+    let mut st = scylla::statement::unprepared::Statement::new(format!(
+        "INSERT INTO {ks}.topology_record (name, value) VALUES (?, ?) IF NOT EXISTS"
+    ));
+    st.set_serial_consistency(Some(SerialConsistency::Serial));
+    session.query_unpaged(st, (name, value)).await?;
+    Ok(())
+}
+
+fn refuse_buckets(r: &Recorded, t: &Topology, ks: &str) -> Result<()> {
+    if r.buckets != i64::from(t.buckets) {
+        return Err(Error::Config(format!(
+            "topology buckets = {} but keyspace {ks} was built with {}: another bucket count \
+             moves every edge to another CQL partition and re-keys its events. Keep {} (see \
+             the README, \"Changing the bucket count\")",
+            t.buckets, r.buckets, r.buckets
+        )));
+    }
+    Ok(())
+}
+
+fn window_ms(t: &Topology) -> i64 {
+    t.window.as_millis() as i64
+}
+
+/// At the start of a process that writes the keyspace: the topology in force must be the
+/// recorded one. A keyspace with nothing recorded and no counter rows yet (a fresh one) is
+/// recorded here.
+pub async fn check(session: &Session, ks: &str, t: &Topology) -> Result<()> {
+    let r = match read(session, ks).await? {
+        Some(r) => r,
+        None if has_counter_rows(session, ks).await? => {
+            return Err(Error::Config(format!(
+                "keyspace {ks} has counter rows but no recorded topology: it predates the \
+                 fence on window end times. Run `likes migrate` once (it converts the rows)"
+            )))
+        }
+        None => {
+            put(session, ks, BUCKETS, i64::from(t.buckets)).await?;
+            put(session, ks, WINDOW_MS, window_ms(t)).await?;
+            read(session, ks)
+                .await?
+                .ok_or_else(|| Error::Schema("topology_record written but not read".into()))?
+        }
+    };
+    refuse_buckets(&r, t, ks)?;
+    if r.window_ms != window_ms(t) {
+        return Err(Error::Config(format!(
+            "topology window = {} ms but keyspace {ks} records {} ms. The change is safe (the \
+             fence compares window end times); record it with `likes migrate \
+             --accept-window-change`",
+            window_ms(t),
+            r.window_ms
+        )));
+    }
+    Ok(())
+}
+
+/// `likes migrate`: records the topology, converting a pre-record keyspace's fence from
+/// window indices to end times first, and records a new window when `accept_window_change`.
+/// Returns what it did, one line each.
+pub async fn record(
+    session: &Session,
+    ks: &str,
+    t: &Topology,
+    accept_window_change: bool,
+) -> Result<Vec<String>> {
+    let mut done = Vec::new();
+    match read(session, ks).await? {
+        None => {
+            let converted = convert_fence(session, ks, window_ms(t)).await?;
+            if converted > 0 {
+                done.push(format!(
+                    "like_counts: {converted} rows' fence converted from window indices to end times ({} ms windows)",
+                    window_ms(t)
+                ));
+            }
+            put(session, ks, BUCKETS, i64::from(t.buckets)).await?;
+            put(session, ks, WINDOW_MS, window_ms(t)).await?;
+            done.push(format!(
+                "topology recorded: buckets = {}, window = {} ms",
+                t.buckets,
+                window_ms(t)
+            ));
+        }
+        Some(r) => {
+            refuse_buckets(&r, t, ks)?;
+            if r.window_ms != window_ms(t) {
+                if !accept_window_change {
+                    return Err(Error::Config(format!(
+                        "topology window = {} ms but keyspace {ks} records {} ms; pass \
+                         --accept-window-change to record the new one (safe: the fence \
+                         compares window end times)",
+                        window_ms(t),
+                        r.window_ms
+                    )));
+                }
+                let mut st = scylla::statement::unprepared::Statement::new(format!(
+                    "UPDATE {ks}.topology_record SET value = ? WHERE name = ? IF value = ?"
+                ));
+                st.set_serial_consistency(Some(SerialConsistency::Serial));
+                session
+                    .query_unpaged(st, (window_ms(t), WINDOW_MS, r.window_ms))
+                    .await?;
+                done.push(format!(
+                    "window changed: {} ms -> {} ms",
+                    r.window_ms,
+                    window_ms(t)
+                ));
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Rewrites `last_window` from an index to that window's end time, each row by its own
+/// compare-and-set (every write to like_counts is an LWT). Run only before anything is
+/// recorded, while no count stage runs.
+async fn convert_fence(session: &Session, ks: &str, window_ms: i64) -> Result<u64> {
+    use futures::TryStreamExt;
+    let mut update = session
+        .prepare(format!(
+            "UPDATE {ks}.like_counts SET last_window = ? \
+             WHERE shard = ? AND item_id = ? IF last_window = ?"
+        ))
+        .await
+        .map_err(|e| Error::Schema(format!("prepare the fence conversion: {e}")))?;
+    update.set_serial_consistency(Some(SerialConsistency::Serial));
+    let mut rows = session
+        .query_iter(
+            format!("SELECT shard, item_id, last_window FROM {ks}.like_counts"),
+            (),
+        )
+        .await
+        .map_err(|e| Error::Schema(format!("reading like_counts: {e}")))?
+        .rows_stream::<(i32, String, Option<i64>)>()
+        .map_err(|e| Error::Schema(format!("reading like_counts: {e}")))?;
+    let mut n = 0;
+    while let Some((shard, item, last)) = rows
+        .try_next()
+        .await
+        .map_err(|e| Error::Schema(format!("reading like_counts: {e}")))?
+    {
+        let Some(last) = last else { continue };
+        let end = (last + 1).saturating_mul(window_ms);
+        session
+            .execute_unpaged(&update, (end, shard, &item, last))
+            .await?;
+        n += 1;
+    }
+    Ok(n)
+}
