@@ -53,6 +53,10 @@ pub fn stage_consumer_config(settings: &KafkaSettings, group: &str, member: &str
         .set("queued.min.messages", "20000")
         // Statistics feed the consumer-lag gauge (see `record_lag`).
         .set("statistics.interval.ms", "1000");
+    // rdkafka derives librdkafka's log level from the `log` crate's logger, which this
+    // program does not install: without this, warnings (an offset reset among them) never
+    // reach `StageContext::log`.
+    c.set_log_level(rdkafka::config::RDKafkaLogLevel::Warning);
     c
 }
 
@@ -146,6 +150,8 @@ pub fn newly_assigned(changes: Vec<Change>, mut revoke: impl FnMut(i32)) -> Vec<
 pub struct StageContext {
     pub stage: &'static str,
     pub assignments: Arc<Assignments>,
+    /// Fetch positions librdkafka reset because the committed offset was out of range.
+    pub offset_resets: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl ClientContext for StageContext {
@@ -165,6 +171,8 @@ impl ClientContext for StageContext {
         );
         if fac == "OFFSET" && message.contains("offset reset") && serious {
             metrics::counter!(crate::metrics::OFFSET_RESETS, "stage" => self.stage).increment(1);
+            self.offset_resets
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::error!(stage = self.stage, detail = message,
                 "committed offset out of range: the stage jumped to the earliest record, and the records in between were never read (counts may be short; reconcile the affected items)");
             return;

@@ -357,3 +357,56 @@ async fn record_window(settings: &Settings, topology: &Topology) {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_lost_to_retention_are_a_loud_event() {
+    use rdkafka::admin::AdminOptions;
+
+    let settings = fx::settings("retention");
+    let topology = Topology::load(None).unwrap();
+    fx::setup(&settings, &topology).await;
+    let first = fx::script_with(51, 8, 10, 3, "early", now_ms());
+    fx::produce(&settings, &topology, &first.records).await;
+    let want = fx::nonzero(&first.truth);
+    let mut run = fx::start(&settings, &topology);
+    assert_eq!(
+        fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await,
+        want
+    );
+    let (d, _) = run.stop().await;
+    assert_eq!(d.offset_resets, 0);
+
+    // More events arrive while stage 1 is down, and retention deletes them before it is
+    // back: its committed offsets now lie below the log start.
+    let second = fx::script_with(52, 8, 10, 3, "late", now_ms());
+    fx::produce(&settings, &topology, &second.records).await;
+    let events = settings.topic(&topology.topics.events.name);
+    let probe: BaseConsumer = kafka::client_config(&settings.kafka).create().unwrap();
+    let mut upto = TopicPartitionList::new();
+    for p in 0..topology.topics.events.partitions {
+        let (_, high) = probe
+            .fetch_watermarks(&events, p, Duration::from_secs(10))
+            .unwrap();
+        upto.add_partition_offset(&events, p, Offset::Offset(high))
+            .unwrap();
+    }
+    kafka::admin(&settings.kafka)
+        .unwrap()
+        .delete_records(&upto, &AdminOptions::new())
+        .await
+        .unwrap();
+
+    let mut run = fx::start(&settings, &topology);
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        run.check().await;
+    }
+    let (d, _) = run.stop().await;
+    assert!(
+        d.offset_resets > 0,
+        "a jump past lost records must be counted: {d:?}"
+    );
+    // The lost events were never counted; the count says so only by the metric and log.
+    assert_eq!(fx::nonzero(&fx::counts(&settings).await), want);
+    fx::teardown(&settings, &topology).await;
+}

@@ -438,6 +438,8 @@ pub async fn topology(
     std::fs::write(&topology_file, spec).map_err(|e| Error::State(e.to_string()))?;
     let session = cql::connect(&settings.cql).await?;
     cmd::migrate::run(&session, &settings.cql).await?;
+    // A benchmark may run another window than the last one in this keyspace.
+    crate::cql::recorded::record(&session, &settings.cql.keyspace, topology, true).await?;
     cmd::topics::run(&settings, topology).await?;
     let events_topic = settings.topic(&topology.topics.events.name);
     info!(dir = %dir.display(), keyspace = %settings.cql.keyspace, "bench set up");

@@ -239,6 +239,8 @@ pub async fn run(
     settings.api.relay = false;
     let session = cql::connect(&settings.cql).await?;
     cmd::migrate::run(&session, &settings.cql).await?;
+    // A benchmark may run another window than the last one in this keyspace.
+    crate::cql::recorded::record(&session, &settings.cql.keyspace, topology, true).await?;
     cmd::topics::run(&settings, topology).await?;
     let dir = std::env::temp_dir().join(format!("likes-benchapi-{stamp}"));
     std::fs::create_dir_all(&dir).map_err(|e| Error::State(e.to_string()))?;

@@ -124,6 +124,9 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
                 "{e} (a keyspace from an older version: `make stack-reset` wipes it)"
             ))
         })?;
+    for line in cql::recorded::record(&session, &settings.cql.keyspace, topology, false).await? {
+        say(&format!("demo: {line}"));
+    }
     cmd::topics::run(&settings, topology).await?;
 
     let common = |metrics: u16| {

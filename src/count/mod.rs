@@ -64,6 +64,7 @@ impl Count {
                 StageContext {
                     stage: "count",
                     assignments: assignments.clone(),
+                    offset_resets: Default::default(),
                 },
             )?;
         let deltas_topic = settings.topic(&topology.topics.deltas.name);

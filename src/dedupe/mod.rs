@@ -16,7 +16,7 @@ pub mod rule;
 pub mod state;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,8 @@ pub struct DedupeStats {
     pub replayed: u64,
     /// Flips older than the horizon with nothing remembered: dead-lettered, not counted.
     pub expired: u64,
+    /// Partitions whose committed offset was out of range (records lost to retention).
+    pub offset_resets: u64,
 }
 
 /// One stage-1 worker.
@@ -60,6 +62,7 @@ pub struct Dedupe {
     producer: BaseProducer,
     store: EdgeStore,
     assignments: Arc<Assignments>,
+    offset_resets: Arc<AtomicU64>,
     /// Per owned, recovered partition: its mark as last committed.
     marks: HashMap<i32, PartitionMark>,
     events_topic: String,
@@ -99,11 +102,13 @@ impl Dedupe {
         let events_topic = settings.topic(&topology.topics.events.name);
         let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe);
         let assignments = Arc::new(Assignments::default());
+        let offset_resets = Arc::new(AtomicU64::new(0));
         let consumer: BaseConsumer<StageContext> =
             kafka::stage_consumer_config(&settings.kafka, &group, &format!("{instance}-dedupe"))
                 .create_with_context(StageContext {
                     stage: "dedupe",
                     assignments: assignments.clone(),
+                    offset_resets: offset_resets.clone(),
                 })?;
         let producer: BaseProducer = kafka::producer_config(&settings.kafka)
             .set("transactional.id", format!("{group}-{instance}"))
@@ -146,6 +151,7 @@ impl Dedupe {
             producer,
             store,
             assignments,
+            offset_resets,
             marks: HashMap::new(),
             deltas_topic: settings.topic(&topology.topics.deltas.name),
             dlq_topic: settings.topic(&topology.topics.dlq.name),
@@ -163,6 +169,7 @@ impl Dedupe {
             self.turn()?;
         }
         self.store.flush()?;
+        self.stats.offset_resets = self.offset_resets.load(Ordering::Relaxed);
         info!(stats = ?self.stats, "dedupe stopping");
         Ok(())
     }
