@@ -410,3 +410,84 @@ async fn records_lost_to_retention_are_a_loud_event() {
     assert_eq!(fx::nonzero(&fx::counts(&settings).await), want);
     fx::teardown(&settings, &topology).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
+    use likes::dedupe::recovery::{recover_partition, Committed, Recovery};
+    use likes::dedupe::rule::EdgeVersion;
+    use likes::dedupe::state::{edge_key, encode_version, EdgeStore, EMITTED_KEY};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let settings = fx::settings("restore");
+    let topology = Topology::load(None).unwrap();
+    fx::setup(&settings, &topology).await;
+    let changelog = settings.topic(&topology.topics.dedupe_changelog.name);
+
+    // The previous owner's last transaction: an edge and the marker "emitted up to 10" on
+    // changelog partition 3, still open when the new owner starts its restore (its offset
+    // commit is already visible; its changelog markers are not yet).
+    let producer: BaseProducer = kafka::producer_config(&settings.kafka)
+        .set("transactional.id", common::unique("restore-txn"))
+        .create()
+        .unwrap();
+    let t = Duration::from_secs(10);
+    producer.init_transactions(t).unwrap();
+    producer.begin_transaction().unwrap();
+    let key = edge_key("item-r", "user-r");
+    let version = EdgeVersion {
+        op_id: 1,
+        liked: true,
+        event_time_ms: now_ms(),
+    };
+    let value = encode_version(&version);
+    let marker = 10i64.to_be_bytes();
+    for (k, v) in [(&key[..], &value[..]), (EMITTED_KEY, &marker[..])] {
+        producer
+            .send(BaseRecord::to(&changelog).partition(3).key(k).payload(v))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(t).unwrap();
+
+    let dir = settings.dedupe.state_dir.join("restore");
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = EdgeStore::open(&dir, 7 * 24 * 3600 * 1000, 8 << 20).unwrap();
+    // Without a known end, a restore stops at the first end of the partition: it misses
+    // the transaction (what recovery did before the marker).
+    let blind = Committed {
+        offset: Some(10),
+        emitted: None,
+        token: None,
+    };
+    let (r, _) =
+        tokio::task::block_in_place(|| recover_partition(&settings, &changelog, &store, 3, &blind))
+            .unwrap();
+    assert_eq!(
+        r,
+        Recovery::Restored(0),
+        "the open transaction is not readable yet"
+    );
+
+    // With the committed marker as the end, the restore waits for the transaction.
+    let committer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        producer.commit_transaction(t).unwrap();
+    });
+    let known = Committed {
+        offset: Some(10),
+        emitted: Some(10),
+        token: Some("previous-owner".into()),
+    };
+    let (r, mark) =
+        tokio::task::block_in_place(|| recover_partition(&settings, &changelog, &store, 3, &known))
+            .unwrap();
+    committer.join().unwrap();
+    assert_eq!(
+        r,
+        Recovery::Restored(1),
+        "the last transaction's edge is restored"
+    );
+    assert_eq!(mark.emitted, 10);
+    assert_eq!(store.get(&key, now_ms()).unwrap(), Some(version));
+    fx::teardown(&settings, &topology).await;
+}
