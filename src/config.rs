@@ -222,6 +222,13 @@ impl Settings {
                 self.api.relay_min_age, in_flight
             ));
         }
+        if self.api.claim_takeover <= in_flight {
+            return bad(format!(
+                "api.claim_takeover ({:?}) must exceed api.write_deadline + cql.request_timeout ({:?}): \
+                 a takeover would run while the first request's CAS may still land",
+                self.api.claim_takeover, in_flight
+            ));
+        }
         if self.dedupe.transaction_timeout < Duration::from_secs(1) {
             return bad("dedupe.transaction_timeout must be at least 1s".into());
         }

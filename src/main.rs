@@ -314,9 +314,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     Some(t) => cmd::replay::Target::Time(cmd::replay::parse_time(&t)?),
                     None => cmd::replay::Target::Earliest,
                 };
-                let report = tokio::task::block_in_place(|| {
-                    cmd::replay::run(&settings, &topology, &group, target)
-                })?;
+                let report = cmd::replay::run_checked(&settings, &topology, &group, target).await?;
                 out(&report.to_string());
             }
             Command::Bench {

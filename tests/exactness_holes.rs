@@ -57,14 +57,18 @@ fn outside_reset(settings: &Settings, group: &str, topic: &str, partitions: i32)
 }
 
 /// Runs both stages for `secs` seconds and returns the counts they leave.
-async fn run_for(settings: &Settings, topology: &Topology, secs: u64) -> BTreeMap<String, i64> {
+async fn run_for(
+    settings: &Settings,
+    topology: &Topology,
+    secs: u64,
+) -> (BTreeMap<String, i64>, likes::dedupe::DedupeStats) {
     let mut run = fx::start(settings, topology);
     for _ in 0..secs {
         tokio::time::sleep(Duration::from_secs(1)).await;
         run.check().await;
     }
-    run.stop().await;
-    fx::nonzero(&fx::counts(settings).await)
+    let (d, _) = run.stop().await;
+    (fx::nonzero(&fx::counts(settings).await), d)
 }
 
 /// Fail points are process-wide: the tests that arm them take turns.
@@ -174,8 +178,11 @@ async fn a_replay_past_the_horizon_never_recounts() {
     tokio::task::block_in_place(|| {
         outside_reset(&settings, &group, &topic, topology.topics.events.partitions)
     });
-    let have = run_for(&settings, &topology, 15).await;
+    let (have, d) = run_for(&settings, &topology, 15).await;
     assert_eq!(have, want, "a reset past the horizon must not move counts");
+    // Held back by the emitted-up-to offset, not merely by the events' age.
+    assert_eq!(d.replayed as usize, script.records.len(), "{d:?}");
+    assert_eq!((d.expired, d.dead_letters), (0, 0), "{d:?}");
     fx::teardown(&settings, &topology).await;
 }
 
@@ -214,17 +221,23 @@ async fn a_replay_after_partitions_moved_never_reemits() {
     // Replay to the start; the partitions come back to A, whose disk knows only part one.
     let group = format!("{}{}", a.kafka.topic_prefix, topology.groups.dedupe);
     tokio::task::block_in_place(|| replay::run(&a, &topology, &group, Target::Earliest)).unwrap();
-    let have = run_for(&a, &topology, 15).await;
+    let (have, d) = run_for(&a, &topology, 15).await;
     assert_eq!(
         have, want,
         "a replay on an instance with stale state must not re-emit"
+    );
+    assert_eq!(
+        d.replayed as usize,
+        first.records.len() + second.records.len(),
+        "{d:?}"
     );
 
     // A reset to a time that lands exactly on A's own offsets (the end of part one).
     tokio::task::block_in_place(|| replay::run(&a, &topology, &group, Target::Time(between)))
         .unwrap();
-    let have = run_for(&a, &topology, 15).await;
+    let (have, d) = run_for(&a, &topology, 15).await;
     assert_eq!(have, want, "a reset onto A's old offsets must not re-emit");
+    assert_eq!(d.replayed as usize, second.records.len(), "{d:?}");
     fx::teardown(&a, &topology).await;
     let _ = std::fs::remove_dir_all(&b.dedupe.state_dir);
 }
@@ -325,16 +338,24 @@ async fn changing_the_window_neither_freezes_nor_reapplies() {
     run.stop().await;
     assert_eq!(have, want, "a longer window must not freeze counts");
 
+    // Replaying stage 2 across the change would re-read 1 s windows as 2 s ones, which can
+    // straddle a row's fence: refused.
+    let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.count);
+    let refused = replay::run_checked(&settings, &two, &group, Target::Earliest)
+        .await
+        .expect_err("a 2 s replay over 1 s windows must be refused");
+    assert!(refused.to_string().contains("straddle"), "{refused}");
+
     // Then halves it, and replays stage 2 from the start: nothing applies twice.
     let half = topology
         .clone()
         .with_window(Duration::from_millis(500))
         .unwrap();
     record_window(&settings, &half).await;
-    let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.count);
-    tokio::task::block_in_place(|| replay::run(&settings, &half, &group, Target::Earliest))
+    replay::run_checked(&settings, &half, &group, Target::Earliest)
+        .await
         .unwrap();
-    let have = run_for(&settings, &half, 15).await;
+    let (have, _) = run_for(&settings, &half, 15).await;
     assert_eq!(
         have, want,
         "a shorter window must not re-apply a replayed window"

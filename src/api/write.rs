@@ -345,24 +345,18 @@ pub async fn write_as(
         liked,
         source,
     };
-    // The deadline bounds how long the outbox entry written in `act` can belong to a live
-    // request: the relay waits longer than it plus one CQL timeout before taking the entry.
-    let deadline = app.settings.api.write_deadline;
-    let left = deadline.saturating_sub(std::time::Duration::from_millis(
-        (now_ms() - now).max(0) as u64
-    ));
+    // The deadline bounds how long the outbox entry written in `act` can belong to a request
+    // whose flip is still to land: the relay waits longer than it plus one CQL timeout.
+    let left = app
+        .settings
+        .api
+        .write_deadline
+        .saturating_sub(std::time::Duration::from_millis(
+            (now_ms() - now).max(0) as u64
+        ));
     // Whether this request may have flipped the edge: then its key must never run again.
     let flipped = AtomicBool::new(false);
-    let done = match tokio::time::timeout(left, act(app, &intent, key, now, &flipped)).await {
-        Ok(done) => done,
-        Err(_) => {
-            // A CAS may still be in flight: whether it applies is unknown.
-            flipped.store(true, Ordering::Relaxed);
-            Err(ApiError::Unavailable(format!(
-                "the write did not finish within its deadline ({deadline:?}); retry with the same key"
-            )))
-        }
-    };
+    let done = act(app, &intent, key, now, left, &flipped).await;
     if done.is_err() && !flipped.load(Ordering::Relaxed) {
         // Nothing changed: let a retry with this key run now instead of waiting for the
         // takeover. After a flip the claim is kept (answered, or taken over later): a re-run
@@ -386,6 +380,7 @@ async fn act(
     intent: &Intent<'_>,
     key: &str,
     now: i64,
+    deadline: std::time::Duration,
     flipped: &AtomicBool,
 ) -> std::result::Result<WriteAnswer, ApiError> {
     let &Intent {
@@ -418,10 +413,23 @@ async fn act(
             .await?;
         Ok::<_, ApiError>(())
     };
-    tokio::try_join!(by_user, outbox)?;
-
-    // Layer 2: the compare-and-set flip.
-    let (edge, flipped_from) = flip(&app.session, s, item, bucket, user, liked, now).await?;
+    // Layer 2: the compare-and-set flip, within the deadline. What follows a flip (the
+    // answer, the event) always runs to its end: it is what makes a retry replay.
+    let until_flip = async {
+        tokio::try_join!(by_user, outbox)?;
+        flip(app, item, bucket, user, liked, now, flipped).await
+    };
+    let (edge, flipped_from) = match tokio::time::timeout(deadline, until_flip).await {
+        Ok(r) => r?,
+        Err(_) => {
+            // A CAS may still be in flight: whether it applies is unknown.
+            flipped.store(true, Ordering::Relaxed);
+            return Err(ApiError::Unavailable(format!(
+                "the write did not reach its flip within its deadline ({:?}); retry with the same key",
+                app.settings.api.write_deadline
+            )));
+        }
+    };
     let answer = WriteAnswer {
         item_id: item.to_string(),
         user_id: user.to_string(),
@@ -437,27 +445,29 @@ async fn act(
         Ok::<_, ApiError>(())
     };
     if flipped_from {
-        flipped.store(true, Ordering::Relaxed);
+        // The answer is stored while the event is published, so whatever becomes of the
+        // publish, a retry of this key replays it. A failed publish leaves the outbox entry
+        // for the relay.
         let published = async {
             fail::fail_point!("api-after-flip-before-produce", |_| Err(
                 ApiError::Unavailable("injected: after the flip, before the produce".into())
             ));
             publish(app, item, user, bucket, &edge, source).await
-        }
-        .await;
-        if let Err(e) = published {
-            // The flip is durable and its outbox entry stays for the relay. The answer is
-            // stored, so a retry of this key replays it instead of running again.
-            let _ = store.await;
-            return Err(e);
-        }
+        };
+        let (published, stored) = tokio::join!(published, store);
+        published?;
+        stored?;
+        let clear = app
+            .session
+            .execute_unpaged(&s.outbox_del, (shard, minute, item, user, &entry));
+        clear.await?;
+        return Ok(answer);
     }
     fail::fail_point!("api-before-outbox-clear", |_| Err(ApiError::Unavailable(
         "injected: before the outbox entry is cleared".into()
     )));
-    // The event is on the log (or there was none), so neither waits for the other, and
-    // both run to the end: a failed clear leaves an entry the relay deletes (or publishes
-    // harmlessly), and must not stop the answer from being stored.
+    // A no-op: nothing to publish. Both run to the end: a failed clear leaves an entry the
+    // relay deletes unpublished, and must not stop the answer from being stored.
     let clear = async {
         app.session
             .execute_unpaged(&s.outbox_del, (shard, minute, item, user, &entry))
@@ -479,14 +489,15 @@ async fn act(
 /// tells the truth. "Already in that state, do nothing" is decided only on a linearizable
 /// view of the edge, never on the guess.
 async fn flip(
-    session: &Session,
-    s: &Statements,
+    app: &App,
     item: &str,
     bucket: i32,
     user: &str,
     liked: bool,
     now: i64,
+    flipped: &AtomicBool,
 ) -> std::result::Result<(Edge, bool), ApiError> {
+    let (session, s) = (&*app.session, &app.stmts);
     let state = if liked {
         EdgeState::Liked
     } else {
@@ -517,6 +528,8 @@ async fn flip(
             });
             return Ok((e, false));
         }
+        // From here the CAS may apply even if its answer never arrives.
+        flipped.store(true, Ordering::Relaxed);
         let result = match seen {
             None => {
                 session

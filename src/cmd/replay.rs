@@ -224,6 +224,27 @@ fn refuse_past_horizon(
     )))
 }
 
+/// [`run`], after the checks that need the keyspace: a count-group replay must not cross a
+/// window change its window length does not divide (see `cql::recorded`).
+pub async fn run_checked(
+    settings: &Settings,
+    topology: &Topology,
+    group: &str,
+    target: Target,
+) -> Result<ReplayReport> {
+    let count = format!("{}{}", settings.kafka.topic_prefix, topology.groups.count);
+    if group == count {
+        let session = crate::cql::connect(&settings.cql).await?;
+        let from = match target {
+            Target::Earliest => 0,
+            Target::Time(ms) => ms,
+        };
+        crate::cql::recorded::check_count_replay(&session, &settings.cql.keyspace, topology, from)
+            .await?;
+    }
+    tokio::task::block_in_place(|| run(settings, topology, group, target))
+}
+
 /// A replay only moves a group back. Moving it past its committed offset would skip records
 /// the stage never read: likes that would never be counted.
 fn refuse_skips(

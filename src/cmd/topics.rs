@@ -250,13 +250,32 @@ async fn config_drift(
         .filter(|e| e.source == rdkafka::admin::ConfigSource::DynamicTopic && !e.is_sensitive)
         .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
         .collect();
-    let changes = wanted
+    let changes: Vec<(String, Option<String>, String)> = wanted
         .iter()
         .filter_map(|(k, v)| {
             let have = resource.get(k).and_then(|e| e.value.clone());
             (have.as_deref() != Some(v.as_str())).then(|| (k.clone(), have, v.clone()))
         })
         .collect();
+    // A sensitive value is never returned, so it could not be sent back: altering the
+    // topic would drop it. Refuse rather than lose an operator's setting.
+    if changes.is_empty() {
+        return Ok((changes, overrides));
+    }
+    if let Some(e) = resource
+        .entries
+        .iter()
+        .find(|e| e.source == rdkafka::admin::ConfigSource::DynamicTopic && e.is_sensitive)
+    {
+        return Err(Error::Topic {
+            topic: topic.into(),
+            reason: format!(
+                "has the sensitive override {} that cannot be read back, so changing its configs would drop it; set {:?} by hand",
+                e.name,
+                wanted.keys().collect::<Vec<_>>()
+            ),
+        });
+    }
     Ok((changes, overrides))
 }
 

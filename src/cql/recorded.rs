@@ -19,6 +19,9 @@ use crate::topology::Topology;
 
 const BUCKETS: &str = "buckets";
 const WINDOW_MS: &str = "window_ms";
+/// `window_ms@<since ms>`: the window length in force from that time (the history a count
+/// replay is checked against).
+const WINDOW_SINCE: &str = "window_ms@";
 
 /// What the keyspace records, if anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +67,56 @@ async fn put(session: &Session, ks: &str, name: &str, value: i64) -> Result<()> 
     Ok(())
 }
 
+async fn put_since(session: &Session, ks: &str, window_ms: i64) -> Result<()> {
+    let name = format!("{WINDOW_SINCE}{}", crate::dedupe::state::now_ms());
+    put(session, ks, &name, window_ms).await
+}
+
+/// Before a replay of the count group from `from_ms` (0: the earliest record): refused when
+/// the replayed range holds windows of a length the current one does not divide. The fence
+/// of such a row may sit inside a current window (1 s windows ending at 11 s, then 2 s
+/// windows: [10 s, 12 s) straddles 11 s), and the replay would add that window's records
+/// from before the fence a second time. A length that divides every earlier one never
+/// straddles their ends.
+pub async fn check_count_replay(
+    session: &Session,
+    ks: &str,
+    t: &Topology,
+    from_ms: i64,
+) -> Result<()> {
+    let rows = session
+        .query_unpaged(format!("SELECT name, value FROM {ks}.topology_record"), ())
+        .await?
+        .into_rows_result()?;
+    let mut history: Vec<(i64, i64)> = Vec::new();
+    for row in rows.rows::<(String, Option<i64>)>()? {
+        let (name, value) = row?;
+        if let (Some(since), Some(len)) = (name.strip_prefix(WINDOW_SINCE), value) {
+            if let Ok(since) = since.parse::<i64>() {
+                history.push((since, len));
+            }
+        }
+    }
+    history.sort();
+    let now = window_ms(t);
+    let mut safe_from: Option<i64> = None;
+    for (i, &(_, len)) in history.iter().enumerate() {
+        let until = history.get(i + 1).map_or(i64::MAX, |h| h.0);
+        if until > from_ms && len % now != 0 {
+            safe_from = Some(until);
+        }
+    }
+    match safe_from {
+        None => Ok(()),
+        Some(at) => Err(Error::Config(format!(
+            "refusing to replay the count group from {from_ms}: windows of a length {now} ms \
+             does not divide were applied after that, and a replayed window could straddle \
+             their fence and count records twice. Replay from {at} (Unix ms) or later, or \
+             use a window that divides every earlier one"
+        ))),
+    }
+}
+
 fn refuse_buckets(r: &Recorded, t: &Topology, ks: &str) -> Result<()> {
     if r.buckets != i64::from(t.buckets) {
         return Err(Error::Config(format!(
@@ -95,6 +148,7 @@ pub async fn check(session: &Session, ks: &str, t: &Topology) -> Result<()> {
         None => {
             put(session, ks, BUCKETS, i64::from(t.buckets)).await?;
             put(session, ks, WINDOW_MS, window_ms(t)).await?;
+            put_since(session, ks, window_ms(t)).await?;
             read(session, ks)
                 .await?
                 .ok_or_else(|| Error::Schema("topology_record written but not read".into()))?
@@ -134,6 +188,7 @@ pub async fn record(
             }
             put(session, ks, BUCKETS, i64::from(t.buckets)).await?;
             put(session, ks, WINDOW_MS, window_ms(t)).await?;
+            put_since(session, ks, window_ms(t)).await?;
             done.push(format!(
                 "topology recorded: buckets = {}, window = {} ms",
                 t.buckets,
@@ -159,6 +214,7 @@ pub async fn record(
                 session
                     .query_unpaged(st, (window_ms(t), WINDOW_MS, r.window_ms))
                     .await?;
+                put_since(session, ks, window_ms(t)).await?;
                 done.push(format!(
                     "window changed: {} ms -> {} ms",
                     r.window_ms,
@@ -193,6 +249,10 @@ async fn convert_fence(session: &Session, ks: &str, window_ms: i64) -> Result<u6
         .rows_stream::<(i32, String, Option<i64>)>()
         .map_err(|e| Error::Schema(format!("reading like_counts: {e}")))?;
     let mut n = 0;
+    // Only values that are plausible indices: an index times the window is a time not far
+    // past now, an end time (already converted, by an earlier run cut short) times the window
+    // is centuries away. So a re-run converts nothing twice.
+    let horizon = crate::dedupe::state::now_ms() + 86_400_000;
     while let Some((shard, item, last)) = rows
         .try_next()
         .await
@@ -200,6 +260,9 @@ async fn convert_fence(session: &Session, ks: &str, window_ms: i64) -> Result<u6
     {
         let Some(last) = last else { continue };
         let end = (last + 1).saturating_mul(window_ms);
+        if end > horizon {
+            continue;
+        }
         session
             .execute_unpaged(&update, (end, shard, &item, last))
             .await?;

@@ -278,20 +278,25 @@ impl Dedupe {
         let committed = self
             .consumer
             .committed_offsets(tpl, self.settings.kafka.request_timeout)?;
-        for e in committed.elements() {
-            let offset = match e.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            };
-            let (r, mark) = recovery::recover_partition(
-                &self.settings,
-                &self.changelog_topic,
-                &self.store,
-                e.partition(),
-                &Committed::parse(offset, e.metadata()),
-            )?;
-            info!(partition = e.partition(), recovery = ?r, emitted_up_to = mark.emitted, "partition ready");
-            self.marks.insert(e.partition(), mark);
+        let parts: Vec<(i32, Committed)> = committed
+            .elements()
+            .iter()
+            .map(|e| {
+                let offset = match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                };
+                (e.partition(), Committed::parse(offset, e.metadata()))
+            })
+            .collect();
+        for (p, r, mark) in recovery::recover_partitions(
+            &self.settings,
+            &self.changelog_topic,
+            &self.store,
+            &parts,
+        )? {
+            info!(partition = p, recovery = ?r, emitted_up_to = mark.emitted, "partition ready");
+            self.marks.insert(p, mark);
         }
         Ok(())
     }

@@ -18,6 +18,7 @@
 //! Input below E then re-derives state without emitting: a replay rewinds the input, never
 //! the history.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -82,47 +83,82 @@ pub fn recover_partition(
     partition: i32,
     committed: &Committed,
 ) -> Result<(Recovery, PartitionMark)> {
-    let local = store.mark(partition)?;
-    let at = committed.offset.unwrap_or(0);
-    if let (Some(l), Some(token)) = (&local, &committed.token) {
-        if l.offset == at && &l.token == token {
-            let mark = PartitionMark {
-                emitted: l.emitted.max(committed.emitted.unwrap_or(0)),
-                ..l.clone()
-            };
-            return Ok((Recovery::UpToDate, mark));
-        }
-    }
-    let started = Instant::now();
-    let (restored, marker) = restore_from_changelog(
+    let mut v = recover_partitions(
         settings,
         changelog_topic,
         store,
-        partition,
-        committed.emitted,
+        &[(partition, committed.clone())],
     )?;
-    let mark = PartitionMark {
-        offset: at,
-        emitted: committed.emitted.unwrap_or(0).max(marker.unwrap_or(0)),
-        token: committed.token.clone().unwrap_or_default(),
-    };
-    store.commit([], [(partition, &mark)])?;
-    info!(partition, restored, local = ?local, committed = at, emitted = mark.emitted,
-        elapsed_ms = started.elapsed().as_millis() as u64, "state restored from the changelog");
-    Ok((Recovery::Restored(restored), mark))
+    let (_, r, mark) = v.pop().expect("one partition in, one out");
+    Ok((r, mark))
 }
 
-/// Reads the partition's changelog from the start into the store; returns the records read
-/// and the highest emitted-up-to marker seen. Reads past the first end of the partition
-/// until a marker of at least `want_emitted` is in (bounded: a transaction still open on
-/// the changelog resolves within the transaction timeout).
+/// [`recover_partition`] for every partition of one assignment: those to rebuild are read
+/// from the changelog together, by one consumer, so a restore takes as long as the data
+/// does, not as many round trips as there are partitions.
+pub fn recover_partitions(
+    settings: &Settings,
+    changelog_topic: &str,
+    store: &EdgeStore,
+    partitions: &[(i32, Committed)],
+) -> Result<Vec<(i32, Recovery, PartitionMark)>> {
+    let mut out = Vec::new();
+    let mut rebuild = Vec::new();
+    for (p, committed) in partitions {
+        let local = store.mark(*p)?;
+        let at = committed.offset.unwrap_or(0);
+        match (&local, &committed.token) {
+            (Some(l), Some(token)) if l.offset == at && &l.token == token => {
+                let mark = PartitionMark {
+                    emitted: l.emitted.max(committed.emitted.unwrap_or(0)),
+                    ..l.clone()
+                };
+                out.push((*p, Recovery::UpToDate, mark));
+            }
+            _ => rebuild.push((*p, committed, local)),
+        }
+    }
+    if rebuild.is_empty() {
+        return Ok(out);
+    }
+    let started = Instant::now();
+    let wants: Vec<(i32, Option<i64>)> = rebuild.iter().map(|(p, c, _)| (*p, c.emitted)).collect();
+    let read = restore_from_changelog(settings, changelog_topic, store, &wants)?;
+    for (p, committed, local) in rebuild {
+        let (restored, marker) = read.get(&p).copied().unwrap_or((0, None));
+        let mark = PartitionMark {
+            offset: committed.offset.unwrap_or(0),
+            emitted: committed.emitted.unwrap_or(0).max(marker.unwrap_or(0)),
+            token: committed.token.clone().unwrap_or_default(),
+        };
+        store.commit([], [(p, &mark)])?;
+        info!(partition = p, restored, local = ?local, committed = mark.offset, emitted = mark.emitted,
+            elapsed_ms = started.elapsed().as_millis() as u64, "state restored from the changelog");
+        out.push((p, Recovery::Restored(restored), mark));
+    }
+    Ok(out)
+}
+
+/// One changelog partition being read.
+#[derive(Default)]
+struct Progress {
+    restored: u64,
+    marker: Option<i64>,
+    want: Option<i64>,
+    at_end_since: Option<Instant>,
+    done: bool,
+}
+
+/// Reads the partitions' changelog from the start into the store; returns per partition the
+/// records read and the highest emitted-up-to marker seen. A partition is read past its first
+/// end until a marker of at least its wanted offset is in (bounded: a transaction still open
+/// on the changelog resolves within the transaction timeout).
 fn restore_from_changelog(
     settings: &Settings,
     topic: &str,
     store: &EdgeStore,
-    partition: i32,
-    want_emitted: Option<i64>,
-) -> Result<(u64, Option<i64>)> {
+    wants: &[(i32, Option<i64>)],
+) -> Result<HashMap<i32, (u64, Option<i64>)>> {
     let consumer: BaseConsumer = kafka::client_config(&settings.kafka)
         .set(
             "group.id",
@@ -131,60 +167,85 @@ fn restore_from_changelog(
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
+        // The end of a small partition is reached in one fetch; do not let the broker hold
+        // each fetch for the default 500 ms waiting for more.
+        .set("fetch.wait.max.ms", "10")
+        .create()?;
+    // Watermarks as a read_uncommitted client sees them: the restoring consumer's own
+    // (read_committed) would stop at an open transaction and call the partition empty.
+    let probe: BaseConsumer = kafka::client_config(&settings.kafka)
+        .set("isolation.level", "read_uncommitted")
         .create()?;
     let timeout = settings.kafka.request_timeout;
-    let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
-    if high <= low && want_emitted.is_none_or(|w| w <= 0) {
-        return Ok((0, None));
-    }
+    let mut progress: HashMap<i32, Progress> = HashMap::new();
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Beginning)?;
-    consumer.assign(&tpl)?;
+    for &(p, want) in wants {
+        let (low, high) = probe.fetch_watermarks(topic, p, timeout)?;
+        // An empty partition holds no records and no open transaction either.
+        let done = high <= low;
+        if !done {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+        }
+        progress.insert(
+            p,
+            Progress {
+                want,
+                done,
+                ..Default::default()
+            },
+        );
+    }
+    if tpl.count() > 0 {
+        consumer.assign(&tpl)?;
+    }
 
-    let mut restored = 0u64;
-    let mut marker: Option<i64> = None;
     let mut batch = WriteBatch::default();
     let limit = timeout.max(Duration::from_secs(60)) * 10;
     let deadline = Instant::now() + limit;
     // Past the first end, how long to wait for the marker the committed offset promises.
-    let patience = settings.dedupe.transaction_timeout + timeout;
-    let mut at_end_since: Option<Instant> = None;
+    let patience = settings.dedupe.transaction_timeout + Duration::from_secs(2);
     loop {
         if Instant::now() > deadline {
-            return Err(Error::Timeout(
-                limit,
-                format!("restoring {topic}/{partition}"),
-            ));
+            return Err(Error::Timeout(limit, format!("restoring {topic}")));
         }
-        let complete = want_emitted.is_none_or(|w| marker.is_some_and(|m| m >= w));
-        if let Some(since) = at_end_since {
-            if complete {
-                break;
-            }
-            if since.elapsed() > patience {
-                warn!(partition, want_emitted, seen = marker,
-                    "the changelog holds no marker as recent as the committed offset names (written by an older version, or by an outside reset); restoring what it holds");
-                break;
+        for (p, pr) in progress.iter_mut().filter(|(_, pr)| !pr.done) {
+            let Some(since) = pr.at_end_since else {
+                continue;
+            };
+            if pr.want.is_none_or(|w| pr.marker.is_some_and(|m| m >= w)) {
+                pr.done = true;
+            } else if since.elapsed() > patience {
+                warn!(partition = p, want_emitted = pr.want, seen = pr.marker,
+                    "the changelog holds no marker as recent as the committed offset names (written by an older version, expired, or after an outside reset); restoring what it holds");
+                pr.done = true;
             }
         }
-        match consumer.poll(Duration::from_millis(200)) {
+        if progress.values().all(|pr| pr.done) {
+            break;
+        }
+        match consumer.poll(Duration::from_millis(100)) {
             None => continue,
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => {
-                at_end_since.get_or_insert_with(Instant::now);
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                if let Some(pr) = progress.get_mut(&p) {
+                    pr.at_end_since.get_or_insert_with(Instant::now);
+                }
             }
             Some(Err(e)) => return Err(e.into()),
             Some(Ok(m)) => {
+                let Some(pr) = progress.get_mut(&m.partition()) else {
+                    continue;
+                };
                 match (m.key(), m.payload()) {
                     (Some(EMITTED_KEY), Some(v)) => {
                         if let Ok(b) = <[u8; 8]>::try_from(v) {
                             let e = i64::from_be_bytes(b);
-                            marker = Some(marker.map_or(e, |m| m.max(e)));
+                            pr.marker = Some(pr.marker.map_or(e, |m| m.max(e)));
                         }
                     }
                     (Some(k), Some(v)) => {
                         if let Some(version) = decode_version(v) {
                             store.merge_restored(&mut batch, k, &version)?;
-                            restored += 1;
+                            pr.restored += 1;
                         }
                     }
                     _ => {}
@@ -196,7 +257,10 @@ fn restore_from_changelog(
         }
     }
     store.write(batch)?;
-    Ok((restored, marker))
+    Ok(progress
+        .into_iter()
+        .map(|(p, pr)| (p, (pr.restored, pr.marker)))
+        .collect())
 }
 
 #[cfg(test)]
