@@ -178,7 +178,8 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         eprintln!("{out}");
     }
     let run = fx::start(&settings, &topology);
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Long enough on a loaded 2-core CI box to restore the state and re-read every event.
+    tokio::time::sleep(Duration::from_secs(20)).await;
     let (d3, c3) = run.stop().await;
     assert_eq!(
         fx::nonzero(&fx::counts(&settings).await),
