@@ -12,6 +12,7 @@ pub const EVENTS_IN: &str = "likes_dedupe_events_total";
 /// Stage 1: events dropped as duplicates or stale reorders.
 pub const DUPLICATES: &str = "likes_dedupe_duplicates_total";
 pub const EXPIRED_FLIPS: &str = "likes_dedupe_expired_flips_total";
+pub const COMMITS_RESUMED: &str = "likes_dedupe_commits_resumed_total";
 pub const OFFSET_RESETS: &str = "likes_offset_out_of_range_total";
 /// Stage 1: combined Delta records written to `likes.deltas`.
 pub const DELTAS_OUT: &str = "likes_dedupe_deltas_total";
@@ -71,6 +72,10 @@ fn describe() {
     describe_counter!(
         EXPIRED_FLIPS,
         "flips older than the dedupe horizon with no state left: dead-lettered, not counted"
+    );
+    describe_counter!(
+        COMMITS_RESUMED,
+        "stage-1 transaction commits whose outcome was unknown (a timeout, the broker away) and were resumed"
     );
     describe_counter!(
         OFFSET_RESETS,

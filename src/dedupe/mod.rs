@@ -52,6 +52,8 @@ pub struct DedupeStats {
     pub expired: u64,
     /// Partitions whose committed offset was out of range (records lost to retention).
     pub offset_resets: u64,
+    /// Commit calls that returned with the outcome unknown and were resumed.
+    pub commits_resumed: u64,
 }
 
 /// One stage-1 worker.
@@ -487,12 +489,54 @@ impl Dedupe {
             )));
         }
         t.lap("commit_offsets");
-        self.producer.commit_transaction(timeout)?;
+        let first = if batch.offsets.is_empty() {
+            timeout
+        } else {
+            first_commit_timeout(timeout)
+        };
+        self.finish_commit(first, timeout)?;
         t.lap("commit_end");
         if !batch.offsets.is_empty() {
             fail::fail_point!("dedupe-after-commit");
         }
         Ok(())
+    }
+}
+
+impl Dedupe {
+    /// Commits the open transaction. A commit call that returns a retriable error (a timeout,
+    /// the coordinator unreachable) leaves the outcome unknown: the coordinator may already
+    /// have committed. It is resumed by calling commit again (librdkafka: "this call is
+    /// resumable when a retriable timeout error is returned"), never aborted: an abort and a
+    /// re-read of the batch would emit its deltas a second time if the first commit landed.
+    /// Abortable and fatal errors go back to the caller.
+    fn finish_commit(&mut self, first: Duration, timeout: Duration) -> Result<()> {
+        use rdkafka::error::KafkaError;
+        let started = Instant::now();
+        // The client's commit flushes first; flushing here with the full timeout keeps a
+        // short first call (the fault test's) for the commit request itself.
+        self.producer.flush(timeout)?;
+        let mut call = first;
+        loop {
+            let resumable = match self.producer.commit_transaction(call) {
+                Ok(()) => return Ok(()),
+                Err(KafkaError::Transaction(e))
+                    if e.is_retriable() && !e.txn_requires_abort() && !e.is_fatal() =>
+                {
+                    e.to_string()
+                }
+                // The records were not all acknowledged yet: nothing was decided; go on.
+                Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {
+                    "flush timed out".to_string()
+                }
+                Err(e) => return Err(e.into()),
+            };
+            self.stats.commits_resumed += 1;
+            metrics::counter!(m::COMMITS_RESUMED).increment(1);
+            warn!(error = %resumable, waited_ms = started.elapsed().as_millis() as u64,
+                "the transaction's commit has an unknown outcome; resuming it (an abort could not undo a commit that already landed)");
+            call = timeout;
+        }
     }
 }
 
@@ -509,6 +553,16 @@ impl Phases {
             .record(now.duration_since(self.0).as_secs_f64());
         self.0 = now;
     }
+}
+
+/// The timeout of a transaction's first commit call. A fault test shrinks it, so the call
+/// returns while the commit is still under way: its outcome unknown to the stage, as when
+/// the coordinator's answer is lost.
+fn first_commit_timeout(timeout: Duration) -> Duration {
+    fail::fail_point!("dedupe-commit-outcome-unknown", |_| Duration::from_millis(
+        1
+    ));
+    timeout
 }
 
 /// Whether librdkafka says the transaction can be aborted and retried.
