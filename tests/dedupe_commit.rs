@@ -1,8 +1,8 @@
 //! A stage-1 commit whose outcome is unknown (the call returned a retriable error while the
 //! coordinator may already have committed) is resumed, never aborted and re-read: a re-read
-//! batch whose first commit did land would emit its deltas twice. The fail point makes the
-//! first commit call return after 1 ms, while the commit goes on in the background, as when
-//! the broker's answer is lost.
+//! batch whose first commit did land would emit its deltas twice. The fail point gives the
+//! first commit call a 0 ms timeout, so it returns while the commit goes on in the
+//! background, as when the broker's answer is lost.
 #![cfg(feature = "failpoints")]
 
 mod common;
