@@ -177,11 +177,14 @@ impl ClientContext for StageContext {
                 "committed offset out of range: the stage jumped to the earliest record, and the records in between were never read (counts may be short; reconcile the affected items)");
             return;
         }
+        // librdkafka logs a broker's restart (refused connections, transport failures) at
+        // its error level; the client rides through those, and what is a real failure
+        // reaches the stage as an error it acts on. So its errors page nobody: warn.
         match level {
-            L::Emerg | L::Alert | L::Critical | L::Error => {
+            L::Emerg | L::Alert | L::Critical => {
                 tracing::error!(target: "librdkafka", "{fac} {message}")
             }
-            L::Warning => tracing::warn!(target: "librdkafka", "{fac} {message}"),
+            L::Error | L::Warning => tracing::warn!(target: "librdkafka", "{fac} {message}"),
             L::Notice | L::Info => tracing::info!(target: "librdkafka", "{fac} {message}"),
             L::Debug => tracing::debug!(target: "librdkafka", "{fac} {message}"),
         }
