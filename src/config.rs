@@ -78,6 +78,10 @@ pub struct DedupeSettings {
 #[serde(deny_unknown_fields)]
 pub struct MetricsSettings {
     pub listen: String,
+    /// A stage with input waiting that has committed nothing for this long answers 503 on
+    /// `/healthz` (its liveness probe), so that it is restarted.
+    #[serde(with = "humantime_serde")]
+    pub stall_after: Duration,
 }
 
 /// Stage 2 (`likes count`).
@@ -231,6 +235,13 @@ impl Settings {
         }
         if self.dedupe.transaction_timeout < Duration::from_secs(1) {
             return bad("dedupe.transaction_timeout must be at least 1s".into());
+        }
+        if self.metrics.stall_after <= self.dedupe.transaction_timeout {
+            return bad(format!(
+                "metrics.stall_after ({:?}) must exceed dedupe.transaction_timeout ({:?}): \
+                 a commit may take that long, and a stage is not stalled while one is under way",
+                self.metrics.stall_after, self.dedupe.transaction_timeout
+            ));
         }
         if !self.metrics.listen.is_empty()
             && self.metrics.listen.parse::<std::net::SocketAddr>().is_err()

@@ -177,19 +177,79 @@ impl ClientContext for StageContext {
                 "committed offset out of range: the stage jumped to the earliest record, and the records in between were never read (counts may be short; reconcile the affected items)");
             return;
         }
-        // librdkafka logs a broker's restart (refused connections, transport failures) at
-        // its error level; the client rides through those, and what is a real failure
-        // reaches the stage as an error it acts on. So its errors page nobody: warn.
-        match level {
-            L::Emerg | L::Alert | L::Critical => {
-                tracing::error!(target: "librdkafka", "{fac} {message}")
-            }
-            L::Error | L::Warning => tracing::warn!(target: "librdkafka", "{fac} {message}"),
-            L::Notice | L::Info => tracing::info!(target: "librdkafka", "{fac} {message}"),
-            L::Debug => tracing::debug!(target: "librdkafka", "{fac} {message}"),
+        librdkafka_log(level, fac, message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        client_error(error, reason);
+    }
+}
+
+/// librdkafka's own lines page nobody: it logs a broker's restart (refused connections,
+/// transport failures) at its error level and a fenced client as FATAL, and the stages ride
+/// through both (a fatal client ends the stage's incarnation, which starts over and says so
+/// at warn). What the stage cannot handle reaches it as an error, and it is the stage that
+/// logs at ERROR, once, when it exits. So librdkafka is at most warn.
+fn librdkafka_log(level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+    use rdkafka::config::RDKafkaLogLevel as L;
+    match level {
+        L::Emerg | L::Alert | L::Critical | L::Error | L::Warning => {
+            tracing::warn!(target: "librdkafka", "{fac} {message}")
+        }
+        L::Notice | L::Info => tracing::info!(target: "librdkafka", "{fac} {message}"),
+        L::Debug => tracing::debug!(target: "librdkafka", "{fac} {message}"),
+    }
+}
+
+/// A client's global errors (see [`librdkafka_log`]): all brokers down at warn; a single
+/// connection's failure is in librdkafka's own log line already.
+fn client_error(error: rdkafka::error::KafkaError, reason: &str) {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    if error.rdkafka_error_code() == Some(C::BrokerTransportFailure) {
+        tracing::debug!(target: "librdkafka", error = %error, reason, "client error");
+    } else {
+        tracing::warn!(target: "librdkafka", error = %error, reason, "client error");
+    }
+}
+
+/// Whether a consumer's error ends this incarnation: a fatal one does (the static member
+/// fenced by a newer one, say); the rest (brokers down, a partition's end) the client
+/// rides through.
+pub fn consumer_error(e: rdkafka::error::KafkaError) -> crate::error::Result<()> {
+    use rdkafka::error::KafkaError;
+    match e {
+        KafkaError::PartitionEOF(_) => Ok(()),
+        KafkaError::MessageConsumptionFatal(_) => Err(e.into()),
+        e => {
+            // Transport errors reach the client's error callback too, which logs them.
+            tracing::debug!(error = %e, "consumer error; polling on");
+            Ok(())
         }
     }
 }
+
+/// The context of the stages' other clients (producers, restore consumers): librdkafka's
+/// logs and errors at the levels of [`StageContext`], instead of rdkafka's default, which
+/// logs a broker's restart at ERROR.
+#[derive(Clone, Copy, Default)]
+pub struct LogContext;
+
+impl ClientContext for LogContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        librdkafka_log(level, fac, message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        client_error(error, reason);
+    }
+}
+
+impl rdkafka::producer::ProducerContext for LogContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
+}
+
+impl ConsumerContext for LogContext {}
 
 impl ConsumerContext for StageContext {
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

@@ -12,7 +12,8 @@
 //! - [`kafka`]: client configuration shared by every producer, consumer and admin client.
 //! - [`dedupe`]: stage 1, events → per-item deltas, exactly once with Kafka transactions.
 //! - [`count`]: stage 2, deltas → one (item, window, +N) → the LWT fence on `like_counts`.
-//! - [`metrics`]: every exported metric, named in one place.
+//! - [`metrics`]: every exported metric, named in one place; `/metrics` and `/healthz`.
+//! - [`supervise`]: what ends a process and what only restarts a stage; stage liveness.
 //! - [`cmd`]: one module per subcommand.
 
 pub mod api;
@@ -26,6 +27,7 @@ pub mod hash;
 pub mod kafka;
 pub mod metrics;
 pub mod schema;
+pub mod supervise;
 pub mod telemetry;
 pub mod topology;
 

@@ -3,9 +3,13 @@
 
 use std::net::SocketAddr;
 
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 use crate::error::{Error, Result};
+use crate::supervise::{Health, Liveness};
 
 /// Stage 1: LikeEvents read from `likes.events`.
 pub const EVENTS_IN: &str = "likes_dedupe_events_total";
@@ -48,19 +52,57 @@ pub const EVENT_DELAY_SECONDS: &str = "likes_dedupe_event_delay_seconds";
 pub const API_SHED: &str = "likes_api_writes_shed_total";
 /// Consumer lag in records, per stage (label `stage`).
 pub const CONSUMER_LAG: &str = "likes_consumer_lag_records";
+/// Stages started over in-process after a dependency's error (label `stage`).
+pub const STAGE_RESTARTS: &str = "likes_stage_restarts_total";
 
-/// Starts the Prometheus exporter on `addr` (serves `/metrics`).
-pub fn install(addr: SocketAddr) -> Result<()> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
+/// Serves `/metrics` (Prometheus text) on `addr`, and `/healthz` and `/readyz`: 200 while
+/// every stage of `health` is live, 503 with the reason once one has stalled. Must be called
+/// inside a Tokio runtime.
+pub async fn install(addr: SocketAddr, health: Vec<Health>) -> Result<()> {
+    let handle = PrometheusBuilder::new()
         .set_buckets(&[
             0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5,
             2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 30.0,
         ])
         .map_err(|e| Error::Config(format!("metrics: {e}")))?
-        .install()
+        .install_recorder()
         .map_err(|e| Error::Config(format!("metrics on {addr}: {e}")))?;
     describe();
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            upkeep.run_upkeep();
+        }
+    });
+    let live = move || {
+        let health = health.clone();
+        async move {
+            let stalled = health
+                .iter()
+                .map(Health::liveness)
+                .find(|l| *l != Liveness::Ok);
+            match stalled {
+                Some(Liveness::Stalled { stage, for_ }) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("stalled: {stage} has had input and made no progress for {for_:?}\n"),
+                ),
+                _ => (StatusCode::OK, "ok\n".to_string()),
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/metrics", get(move || std::future::ready(handle.render())))
+        .route("/healthz", get(live.clone()))
+        .route("/readyz", get(live));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::Config(format!("metrics.listen {addr}: {e}")))?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the metrics and health endpoint stopped");
+        }
+    });
     Ok(())
 }
 
@@ -122,4 +164,8 @@ fn describe() {
         "sink time minus event time"
     );
     describe_gauge!(CONSUMER_LAG, "records behind the log end");
+    describe_counter!(
+        STAGE_RESTARTS,
+        "stages started over in-process after a Kafka or Cassandra error (a restart of a dependency)"
+    );
 }

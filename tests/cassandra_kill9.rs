@@ -13,19 +13,6 @@ use reqwest::StatusCode;
 use common::api;
 use common::topology as fx;
 
-fn stack_dir() -> std::path::PathBuf {
-    std::env::var_os("LIKES_STACK_DIR")
-        .map(Into::into)
-        .unwrap_or_else(|| {
-            let cache = std::env::var_os("LIKES_CACHE")
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|| {
-                    std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/likes")
-                });
-            cache.join("stack")
-        })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_likes_survive_a_kill_9_of_cassandra() {
     let (settings, topology, _app, client) = api::serve("cassandrakill").await;
@@ -44,24 +31,10 @@ async fn acknowledged_likes_survive_a_kill_9_of_cassandra() {
         started.elapsed(),
         started.elapsed() / 60
     );
-    let pidfile = stack_dir().join("cassandra.pid");
-    let pid = std::fs::read_to_string(&pidfile)
-        .unwrap_or_else(|e| panic!("{}: {e} (is the stack up?)", pidfile.display()));
-    let killed = std::process::Command::new("kill")
-        .args(["-9", pid.trim()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    let _restore = common::stack::UpOnDrop;
+    common::stack::kill9("cassandra");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let up = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/stack/stack.sh"))
-        .arg("up")
-        .output()
-        .unwrap();
-    assert!(
-        up.status.success(),
-        "restarting the stack: {}",
-        String::from_utf8_lossy(&up.stderr)
-    );
+    common::stack::up();
 
     // A new session: every acknowledged like is there.
     let session = likes::cql::connect(&settings.cql).await.unwrap();

@@ -24,9 +24,10 @@ use tracing::{info, warn};
 use crate::config::Settings;
 use crate::cql;
 use crate::error::Result;
-use crate::kafka::{self, Assignments, StageContext};
+use crate::kafka::{self, Assignments, LogContext, StageContext};
 use crate::metrics as m;
 use crate::schema::v1::{delta_record::Record, DeltaRecord};
+use crate::supervise::{sleep_unless_stopped, Backoff, Health};
 use crate::topology::Topology;
 use sink::{Sink, SinkStats};
 use window::{ResumePoint, Windows};
@@ -44,18 +45,19 @@ fn parse_clock(metadata: &str) -> Option<i64> {
 pub struct Count {
     settings: Settings,
     consumer: BaseConsumer<StageContext>,
-    dlq: BaseProducer,
+    dlq: BaseProducer<LogContext>,
     assignments: Arc<Assignments>,
     windows: Windows,
     sink: Sink,
     deltas_topic: String,
     dlq_topic: String,
     committed: Vec<(i32, ResumePoint)>,
+    health: Health,
     pub records: u64,
 }
 
 impl Count {
-    pub async fn new(settings: &Settings, topology: &Topology) -> Result<Self> {
+    pub async fn new(settings: &Settings, topology: &Topology, health: Health) -> Result<Self> {
         let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.count);
         let assignments = Arc::new(Assignments::default());
         let member = format!("{}-count", settings.instance_id());
@@ -69,7 +71,8 @@ impl Count {
             )?;
         let deltas_topic = settings.topic(&topology.topics.deltas.name);
         consumer.subscribe(&[&deltas_topic])?;
-        let dlq: BaseProducer = kafka::producer_config(&settings.kafka).create()?;
+        let dlq: BaseProducer<LogContext> =
+            kafka::producer_config(&settings.kafka).create_with_context(LogContext)?;
         let session = cql::connect(&settings.cql).await?;
         cql::recorded::check(&session, &settings.cql.keyspace, topology).await?;
         let mut sink = Sink::new(
@@ -94,16 +97,16 @@ impl Count {
             deltas_topic,
             dlq_topic: settings.topic(&topology.topics.dlq.name),
             committed: Vec::new(),
+            health,
             records: 0,
         })
     }
 
-    /// Runs until `stop` is set or a fatal error.
+    /// Runs until `stop` is set or an error ends this incarnation.
     pub async fn run(&mut self, stop: &AtomicBool) -> Result<()> {
         while !stop.load(Ordering::Relaxed) {
             self.round().await?;
         }
-        info!(records = self.records, sink = ?self.sink.stats, "count stopping");
         Ok(())
     }
 
@@ -114,27 +117,39 @@ impl Count {
         // take longer) covers more windows of an item in each of its writes.
         let deadline = std::time::Instant::now() + self.settings.count.flush_interval;
         let mut wait = Duration::from_millis(100);
+        let mut read = 0;
         for _ in 0..self.settings.count.max_batch {
             let polled = tokio::task::block_in_place(|| {
                 self.consumer.poll(wait).map(|r| r.map(|m| m.detach()))
             });
             self.handle_rebalance()?;
             match polled {
-                Some(m) => self.observe(&m?)?,
+                Some(Ok(m)) => self.observe(&m)?,
+                Some(Err(e)) => {
+                    kafka::consumer_error(e)?;
+                    break;
+                }
                 None => break,
             }
+            read += 1;
             wait = Duration::ZERO;
             if std::time::Instant::now() > deadline {
                 break;
             }
         }
         let closed = self.windows.take_closed();
-        if !closed.is_empty() {
+        let wrote = !closed.is_empty();
+        if wrote {
             self.sink.apply(closed).await?;
             // Fault-test hook: the counter rows are written, the offsets not yet committed.
             fail::fail_point!("count-after-sink-before-commit");
         }
-        self.commit()
+        self.commit()?;
+        if read == 0 || wrote {
+            // Caught up, or windows written and committed: progress.
+            self.health.beat();
+        }
+        Ok(())
     }
 
     fn handle_rebalance(&mut self) -> Result<()> {
@@ -251,15 +266,40 @@ impl Count {
     }
 }
 
-/// Runs stage 2 until `stop`.
+/// Runs stage 2 until `stop`. An error of Kafka's or Cassandra's (a restart, a timeout) ends
+/// the incarnation, not the process: a new one starts after a backoff from the committed
+/// offsets, and the fence skips every window the last one applied. Fatal errors end the
+/// process.
 pub async fn run(
     settings: &Settings,
     topology: &Topology,
     stop: Arc<AtomicBool>,
+    health: Health,
 ) -> Result<SinkStats> {
-    let mut c = Count::new(settings, topology).await?;
-    c.run(&stop).await?;
-    Ok(c.sink.stats.clone())
+    let mut total = SinkStats::default();
+    let mut backoff = Backoff::default();
+    loop {
+        let mut applied = 0;
+        let result = match Count::new(settings, topology, health.clone()).await {
+            Ok(mut c) => {
+                let r = c.run(&stop).await;
+                applied = c.sink.stats.windows_applied;
+                total.add(&c.sink.stats);
+                r
+            }
+            Err(e) => Err(e),
+        };
+        let Some(wait) = backoff.after("count", result, applied > 0, &stop)? else {
+            break;
+        };
+        let stop = stop.clone();
+        let slept = tokio::task::spawn_blocking(move || sleep_unless_stopped(wait, &stop));
+        if !slept.await.unwrap_or(false) {
+            break;
+        }
+    }
+    info!(sink = ?total, "count stopping");
+    Ok(total)
 }
 
 #[cfg(test)]

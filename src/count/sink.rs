@@ -44,7 +44,7 @@ pub struct SinkStats {
 }
 
 impl SinkStats {
-    fn add(&mut self, o: &SinkStats) {
+    pub(crate) fn add(&mut self, o: &SinkStats) {
         self.lwts += o.lwts;
         self.windows_applied += o.windows_applied;
         self.fence_skips += o.fence_skips;

@@ -30,9 +30,10 @@ use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
-use crate::kafka::{self, Assignments, StageContext};
+use crate::kafka::{self, Assignments, LogContext, StageContext};
 use crate::metrics as m;
 use crate::schema::v1::{delta_record, Delta, DeltaRecord, Tick};
+use crate::supervise::{sleep_unless_stopped, Backoff, Health};
 use crate::topology::Topology;
 use recovery::{offset_metadata, Committed};
 use rule::{EdgeVersion, Verdict};
@@ -61,7 +62,7 @@ pub struct Dedupe {
     settings: Settings,
     topology: Topology,
     consumer: BaseConsumer<StageContext>,
-    producer: BaseProducer,
+    producer: BaseProducer<LogContext>,
     store: EdgeStore,
     assignments: Arc<Assignments>,
     offset_resets: Arc<AtomicU64>,
@@ -73,6 +74,8 @@ pub struct Dedupe {
     changelog_topic: String,
     deltas_partitions: i32,
     last_tick: Instant,
+    health: Health,
+    stop: Arc<AtomicBool>,
     pub stats: DedupeStats,
 }
 
@@ -99,7 +102,12 @@ struct DeadLetter {
 impl Dedupe {
     /// Connects, opens the state, initialises the transactional producer (fencing any earlier
     /// incarnation of this instance) and subscribes.
-    pub fn new(settings: &Settings, topology: &Topology) -> Result<Self> {
+    pub fn new(
+        settings: &Settings,
+        topology: &Topology,
+        health: Health,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Self> {
         let instance = settings.instance_id();
         let events_topic = settings.topic(&topology.topics.events.name);
         let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe);
@@ -112,7 +120,7 @@ impl Dedupe {
                     assignments: assignments.clone(),
                     offset_resets: offset_resets.clone(),
                 })?;
-        let producer: BaseProducer = kafka::producer_config(&settings.kafka)
+        let producer: BaseProducer<LogContext> = kafka::producer_config(&settings.kafka)
             .set("transactional.id", format!("{group}-{instance}"))
             // Right after a commit the coordinator answers the next transaction's offset
             // commit with CONCURRENT_TRANSACTIONS until the markers are written (a few ms);
@@ -133,7 +141,7 @@ impl Dedupe {
                     .as_millis()
                     .to_string(),
             )
-            .create()?;
+            .create_with_context(LogContext)?;
         producer.init_transactions(settings.kafka.request_timeout)?;
         // Per group and instance: two instances sharing a volume never open the same RocksDB.
         let dir = settings.dedupe.state_dir.join(&group).join(&instance);
@@ -161,19 +169,22 @@ impl Dedupe {
             events_topic,
             deltas_partitions: topology.topics.deltas.partitions,
             last_tick: Instant::now() - topology.tick_interval,
+            health,
+            stop,
             stats: DedupeStats::default(),
         })
     }
 
-    /// Runs until `stop` is set or a fatal error.
-    pub fn run(&mut self, stop: &AtomicBool) -> Result<()> {
-        while !stop.load(Ordering::Relaxed) {
-            self.turn()?;
-        }
-        self.store.flush()?;
+    /// Runs until `stop` is set or an error ends this incarnation.
+    pub fn run(&mut self) -> Result<()> {
+        let result = (|| {
+            while !self.stop.load(Ordering::Relaxed) {
+                self.turn()?;
+            }
+            self.store.flush()
+        })();
         self.stats.offset_resets = self.offset_resets.load(Ordering::Relaxed);
-        info!(stats = ?self.stats, "dedupe stopping");
-        Ok(())
+        result
     }
 
     /// One loop turn: poll a batch, recover newly assigned partitions, process, commit.
@@ -185,14 +196,23 @@ impl Dedupe {
         let mut batch = Batch::default();
         let mut pending_msgs = Vec::new();
         let mut phase = Phases::start();
-        if let Some(first) = self.consumer.poll(wait) {
-            pending_msgs.push(first?.detach());
-            while pending_msgs.len() < self.settings.dedupe.max_batch {
-                match self.consumer.poll(Duration::ZERO) {
-                    Some(m) => pending_msgs.push(m?.detach()),
-                    None => break,
+        let mut next = self.consumer.poll(wait);
+        while let Some(polled) = next {
+            match polled {
+                Ok(m) => pending_msgs.push(m.detach()),
+                Err(e) => {
+                    kafka::consumer_error(e)?;
+                    break;
                 }
             }
+            if pending_msgs.len() >= self.settings.dedupe.max_batch {
+                break;
+            }
+            next = self.consumer.poll(Duration::ZERO);
+        }
+        if pending_msgs.is_empty() {
+            // Nothing waiting: caught up (or the broker away, which a restart cannot fix).
+            self.health.beat();
         }
         phase.lap("poll");
         self.handle_rebalance()?;
@@ -227,9 +247,7 @@ impl Dedupe {
             Ok(()) => {}
             Err(e) if e.is_retryable() || is_abortable(&e) => {
                 warn!(error = %e, "transaction failed; aborting and re-reading the batch");
-                let _ = self
-                    .producer
-                    .abort_transaction(self.settings.kafka.request_timeout);
+                self.abort()?;
                 for (&p, &(first, _)) in &batch.offsets {
                     self.consumer.seek(
                         &self.events_topic,
@@ -249,6 +267,7 @@ impl Dedupe {
             }
         }
         phase.lap("commit");
+        self.health.beat();
         self.store.commit(
             batch.edges.iter().map(|(k, (v, _))| (k.as_slice(), v)),
             marks.iter().map(|(&p, m)| (p, m)),
@@ -531,11 +550,45 @@ impl Dedupe {
                 }
                 Err(e) => return Err(e.into()),
             };
+            if self.stop.load(Ordering::Relaxed) {
+                // Safe to leave: the state was not written, and whichever way the commit
+                // went, the next start recovers from the committed position.
+                return Err(Error::Timeout(
+                    started.elapsed(),
+                    format!("stopping with a transaction's commit outcome unknown ({resumable})"),
+                ));
+            }
             self.stats.commits_resumed += 1;
             metrics::counter!(m::COMMITS_RESUMED).increment(1);
             warn!(error = %resumable, waited_ms = started.elapsed().as_millis() as u64,
                 "the transaction's commit has an unknown outcome; resuming it (an abort could not undo a commit that already landed)");
             call = timeout;
+        }
+    }
+}
+
+impl Dedupe {
+    /// Aborts the open transaction. An abort that times out is still under way, and calling
+    /// it again resumes it (librdkafka: "this call is resumable"); calling anything else
+    /// meanwhile fails with "Conflicting ... API call is already in progress", forever. So
+    /// it is called until it completes, for at most the transaction timeout and two request
+    /// timeouts (by then the coordinator has aborted the transaction itself); past that, or
+    /// on a fatal error, the error ends this incarnation and a new producer fences the old.
+    fn abort(&mut self) -> Result<()> {
+        use rdkafka::error::KafkaError;
+        let timeout = self.settings.kafka.request_timeout;
+        let limit = self.settings.dedupe.transaction_timeout + timeout * 2;
+        let started = Instant::now();
+        loop {
+            match self.producer.abort_transaction(timeout) {
+                Ok(()) => return Ok(()),
+                Err(KafkaError::Transaction(e))
+                    if e.is_retriable() && !e.is_fatal() && started.elapsed() < limit =>
+                {
+                    warn!(error = %e, "the abort is still under way; resuming it");
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     }
 }
@@ -576,7 +629,7 @@ fn is_abortable(e: &Error) -> bool {
 
 /// Enqueues a record, serving delivery callbacks while the local queue is full.
 fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?Sized>(
-    producer: &BaseProducer,
+    producer: &BaseProducer<LogContext>,
     mut record: BaseRecord<'_, K, P>,
 ) -> Result<()> {
     loop {
@@ -594,9 +647,46 @@ fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?S
     }
 }
 
-/// Runs stage 1 on the current thread until `stop`.
-pub fn run(settings: &Settings, topology: &Topology, stop: Arc<AtomicBool>) -> Result<DedupeStats> {
-    let mut d = Dedupe::new(settings, topology)?;
-    d.run(&stop)?;
-    Ok(d.stats.clone())
+/// Runs stage 1 on the current thread until `stop`. An error of Kafka's (the broker
+/// restarting, the producer fenced after an outage that outlived its transaction) ends the
+/// incarnation, not the process: a new one starts after a backoff and recovers from the
+/// committed position, as a restarted process would. Fatal errors end the process.
+pub fn run(
+    settings: &Settings,
+    topology: &Topology,
+    stop: Arc<AtomicBool>,
+    health: Health,
+) -> Result<DedupeStats> {
+    let mut total = DedupeStats::default();
+    let mut backoff = Backoff::default();
+    loop {
+        let mut committed = 0;
+        let result =
+            Dedupe::new(settings, topology, health.clone(), stop.clone()).and_then(|mut d| {
+                let r = d.run();
+                committed = d.stats.transactions;
+                total.add(&d.stats);
+                r
+            });
+        match backoff.after("dedupe", result, committed > 0, &stop)? {
+            Some(wait) if sleep_unless_stopped(wait, &stop) => {}
+            _ => break,
+        }
+    }
+    info!(stats = ?total, "dedupe stopping");
+    Ok(total)
+}
+
+impl DedupeStats {
+    fn add(&mut self, o: &DedupeStats) {
+        self.events += o.events;
+        self.duplicates += o.duplicates;
+        self.dead_letters += o.dead_letters;
+        self.deltas_out += o.deltas_out;
+        self.transactions += o.transactions;
+        self.replayed += o.replayed;
+        self.expired += o.expired;
+        self.offset_resets += o.offset_resets;
+        self.commits_resumed += o.commits_resumed;
+    }
 }

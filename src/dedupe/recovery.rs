@@ -30,7 +30,7 @@ use tracing::{info, warn};
 use super::state::{decode_version, EdgeStore, PartitionMark, EMITTED_KEY};
 use crate::config::Settings;
 use crate::error::{Error, Result};
-use crate::kafka;
+use crate::kafka::{self, LogContext};
 
 /// How a partition's state was brought in line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,7 +159,7 @@ fn restore_from_changelog(
     store: &EdgeStore,
     wants: &[(i32, Option<i64>)],
 ) -> Result<HashMap<i32, (u64, Option<i64>)>> {
-    let consumer: BaseConsumer = kafka::client_config(&settings.kafka)
+    let consumer: BaseConsumer<LogContext> = kafka::client_config(&settings.kafka)
         .set(
             "group.id",
             format!("likes-restore-{}", settings.instance_id()),
@@ -170,12 +170,12 @@ fn restore_from_changelog(
         // The end of a small partition is reached in one fetch; do not let the broker hold
         // each fetch for the default 500 ms waiting for more.
         .set("fetch.wait.max.ms", "10")
-        .create()?;
+        .create_with_context(LogContext)?;
     // Watermarks as a read_uncommitted client sees them: the restoring consumer's own
     // (read_committed) would stop at an open transaction and call the partition empty.
-    let probe: BaseConsumer = kafka::client_config(&settings.kafka)
+    let probe: BaseConsumer<LogContext> = kafka::client_config(&settings.kafka)
         .set("isolation.level", "read_uncommitted")
-        .create()?;
+        .create_with_context(LogContext)?;
     let timeout = settings.kafka.request_timeout;
     let mut progress: HashMap<i32, Progress> = HashMap::new();
     let mut tpl = TopicPartitionList::new();
@@ -230,7 +230,14 @@ fn restore_from_changelog(
                     pr.at_end_since.get_or_insert_with(Instant::now);
                 }
             }
-            Some(Err(e)) => return Err(e.into()),
+            Some(Err(e)) => {
+                // A broker restarting mid-restore: the deadline bounds the wait.
+                let e = Error::from(e);
+                if !e.is_retryable() {
+                    return Err(e);
+                }
+                warn!(error = %e, "restoring the changelog: waiting for the broker");
+            }
             Some(Ok(m)) => {
                 let Some(pr) = progress.get_mut(&m.partition()) else {
                     continue;

@@ -61,4 +61,5 @@ pub fn likes(args: &[&str], env: &[(&'static str, String)]) -> (bool, String, St
 }
 pub mod api;
 pub mod procs;
+pub mod stack;
 pub mod topology;

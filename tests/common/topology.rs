@@ -199,9 +199,12 @@ pub struct Running {
 pub fn start(settings: &Settings, topology: &Topology) -> Running {
     let stop = Arc::new(AtomicBool::new(false));
     let (s, t, st) = (settings.clone(), topology.clone(), stop.clone());
-    let dedupe = tokio::task::spawn_blocking(move || dedupe::run(&s, &t, st));
+    let health = |stage| likes::supervise::Health::new(stage, settings.metrics.stall_after);
+    let h = health("dedupe");
+    let dedupe = tokio::task::spawn_blocking(move || dedupe::run(&s, &t, st, h));
     let (s, t, st) = (settings.clone(), topology.clone(), stop.clone());
-    let count = tokio::spawn(async move { count::run(&s, &t, st).await });
+    let h = health("count");
+    let count = tokio::spawn(async move { count::run(&s, &t, st, h).await });
     Running {
         stop,
         dedupe,

@@ -1,0 +1,197 @@
+//! How a stage lives through its dependencies' restarts: which errors end the process and
+//! which only end an incarnation of the stage (rebuilt in-process, after a backoff, from the
+//! committed position), and the liveness signal that tells Kubernetes a stage is stuck.
+//!
+//! A broker or Cassandra restart is routine (rolling upgrades). Exiting on one turns it into
+//! a crash loop, and a process that is alive but stuck hides it; both are worse than
+//! starting over in-process, which is what a restart would do anyway: every stage recovers
+//! from its committed position by design.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// Whether an error ends the process rather than the stage's incarnation: a wrong
+/// configuration, topology or schema, broken local state, or a fault test's crash. Errors
+/// of the dependencies (Kafka, Cassandra) start the stage over in-process.
+pub fn is_fatal(e: &Error) -> bool {
+    use rdkafka::error::KafkaError as K;
+    match e {
+        Error::Kafka(K::ClientConfig(..) | K::ClientCreation(_) | K::Subscription(_)) => true,
+        Error::Kafka(_) | Error::Timeout(..) => false,
+        Error::CqlConnect(_) | Error::CqlExecution(_) => false,
+        _ => true,
+    }
+}
+
+/// Exponential backoff between incarnations: 1 s doubling to 30 s, back to 1 s once an
+/// incarnation has made progress.
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            next: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Backoff {
+    pub const MAX: Duration = Duration::from_secs(30);
+
+    /// The wait before the next incarnation; doubles the one after.
+    pub fn wait(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        d
+    }
+
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    /// What follows an incarnation of `stage` that ended with `result`: `Ok(None)` to stop
+    /// (done, or `stop` set), `Err` to end the process (a fatal error), `Ok(Some(wait))` to
+    /// start a new incarnation after `wait` (logged and counted here).
+    pub fn after(
+        &mut self,
+        stage: &'static str,
+        result: Result<()>,
+        progressed: bool,
+        stop: &AtomicBool,
+    ) -> Result<Option<Duration>> {
+        let e = match result {
+            Ok(()) => return Ok(None),
+            Err(e) if is_fatal(&e) => return Err(e),
+            Err(e) => e,
+        };
+        if stop.load(Ordering::Relaxed) {
+            tracing::warn!(stage, error = %e, "stopping: the last batch did not finish");
+            return Ok(None);
+        }
+        if progressed {
+            self.reset();
+        }
+        let wait = self.wait();
+        metrics::counter!(crate::metrics::STAGE_RESTARTS, "stage" => stage).increment(1);
+        tracing::warn!(stage, error = %e, retry_in = ?wait,
+            "a dependency failed the stage; starting it over from the committed position in this process");
+        Ok(Some(wait))
+    }
+}
+
+/// Sleeps `d` in short slices; returns early (false) once `stop` is set.
+pub fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100).min(until - Instant::now()));
+    }
+    !stop.load(Ordering::Relaxed)
+}
+
+/// A stage's liveness. The stage beats when it commits input or finds none waiting; a
+/// stage that has not beaten for `stall_after` has input it cannot get through (a commit
+/// failing in a loop, a dependency gone for long), and `/healthz` answers 503 so that the
+/// supervisor (Kubernetes' liveness probe) restarts it.
+#[derive(Clone)]
+pub struct Health {
+    inner: Arc<HealthInner>,
+}
+
+struct HealthInner {
+    stage: &'static str,
+    stall_after: Duration,
+    started: Instant,
+    last_beat_ms: AtomicI64,
+}
+
+/// What `/healthz` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    Ok,
+    Stalled { stage: &'static str, for_: Duration },
+}
+
+impl Health {
+    pub fn new(stage: &'static str, stall_after: Duration) -> Self {
+        Self {
+            inner: Arc::new(HealthInner {
+                stage,
+                stall_after,
+                started: Instant::now(),
+                last_beat_ms: AtomicI64::new(0),
+            }),
+        }
+    }
+
+    /// Progress made, or no input waiting.
+    pub fn beat(&self) {
+        let ms = self.inner.started.elapsed().as_millis() as i64;
+        self.inner.last_beat_ms.store(ms, Ordering::Relaxed);
+    }
+
+    pub fn liveness(&self) -> Liveness {
+        let since_ms = self.inner.started.elapsed().as_millis() as i64
+            - self.inner.last_beat_ms.load(Ordering::Relaxed);
+        let since = Duration::from_millis(since_ms.max(0) as u64);
+        if since > self.inner.stall_after {
+            Liveness::Stalled {
+                stage: self.inner.stage,
+                for_: since,
+            }
+        } else {
+            Liveness::Ok
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_resets() {
+        let mut b = Backoff::default();
+        let waits: Vec<u64> = (0..7).map(|_| b.wait().as_secs()).collect();
+        assert_eq!(waits, vec![1, 2, 4, 8, 16, 30, 30]);
+        b.reset();
+        assert_eq!(b.wait(), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_stage_that_stops_beating_is_stalled() {
+        let h = Health::new("dedupe", Duration::from_millis(50));
+        h.beat();
+        assert_eq!(h.liveness(), Liveness::Ok);
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(matches!(
+            h.liveness(),
+            Liveness::Stalled {
+                stage: "dedupe",
+                ..
+            }
+        ));
+        h.beat();
+        assert_eq!(h.liveness(), Liveness::Ok);
+    }
+
+    #[test]
+    fn dependency_errors_restart_the_stage_and_the_rest_end_the_process() {
+        use rdkafka::error::KafkaError;
+        use rdkafka::types::RDKafkaErrorCode as C;
+        assert!(!is_fatal(&Error::Kafka(KafkaError::MessageConsumption(
+            C::AllBrokersDown
+        ))));
+        assert!(!is_fatal(&Error::Timeout(Duration::ZERO, "x".into())));
+        assert!(is_fatal(&Error::Config("x".into())));
+        assert!(is_fatal(&Error::Injected("x")));
+        assert!(is_fatal(&Error::State("x".into())));
+    }
+}
