@@ -11,7 +11,7 @@ BUF := $(LIKES_CACHE)/buf/node_modules/.bin/buf
 CARGO ?= cargo
 LIKES := $(CARGO_TARGET_DIR)/debug/likes
 
-.PHONY: help up down stack-reset stack-status build migrate topics topology demo test lint fmt buf bench bench-topology bench-api
+.PHONY: help up down stack-reset stack-status build migrate topics topology demo chaos chaos-ci test lint fmt buf bench bench-topology bench-api
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -54,6 +54,19 @@ bench-topology: up ## Benchmark the topology (release build; BENCH_EVENTS=100000
 
 demo: up build ## The main job: api + relay + both stages under load, a viral burst, kill -9 of count, the verdict
 	$(LIKES) demo
+
+# `make chaos RUNS=100 SEED=1`: seeds SEED..SEED+RUNS-1, SECONDS of load at RATE req/s each.
+RUNS ?= 1
+SEED ?= 1
+SECONDS_PER_RUN ?= 150
+RATE ?= 150
+chaos: up build ## Fault runs: kill -9 of every process, the broker and Cassandra under load; exact counts or a non-zero exit
+	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(LIKES) chaos --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \
+	  --report $(LIKES_CACHE)/chaos-report.json
+
+chaos-ci: up build ## The short chaos runs CI does: 2 seeds of 60 s, each with a broker and a Cassandra kill
+	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(LIKES) chaos --seed $${CHAOS_SEED:-1} --runs 2 --seconds 60 --rate 100 --extra-faults 3 \
+	  --report $(LIKES_CACHE)/chaos-report.json
 
 test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts the stack)
 	$(CARGO) test --all-targets --features failpoints --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \

@@ -111,6 +111,13 @@ enum Command {
         #[arg(long, default_value_t = 150.0)]
         rate: f64,
     },
+    /// Fault runs (`make chaos`): api, relay and both stages as processes under load through
+    /// the API while faults drawn from the seed strike (kill -9 of each process, of dedupe with
+    /// its state, of the Kafka broker and of Cassandra); then every count is checked against
+    /// the edges. Exits non-zero on any drift. A seed replays its fault schedule.
+    ///
+    /// Examples: `likes chaos --seed 7` (one run); `likes chaos --seed 1 --runs 100`.
+    Chaos(cmd::chaos::ChaosArgs),
     /// Benchmarks (run on their own topics and keyspace; see README "Performance").
     Bench {
         #[command(subcommand)]
@@ -295,6 +302,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let verdict = cmd::demo::run(&settings, &topology, seconds, rate).await?;
                 if !verdict {
                     anyhow::bail!("demo: the counts did not match the edges (see the table above)");
+                }
+            }
+            Command::Chaos(args) => {
+                if !cmd::chaos::run(&settings, &topology, &args).await? {
+                    anyhow::bail!("chaos: a run drifted (see the report)");
                 }
             }
             Command::Token { user, ttl } => {

@@ -47,12 +47,12 @@ pub fn demo_dir() -> PathBuf {
 }
 
 /// A process of the demo, its pid in `<dir>/<name>.pid`.
-struct Proc {
-    name: &'static str,
-    child: Child,
+pub(super) struct Proc {
+    pub name: &'static str,
+    pub child: Child,
 }
 
-fn spawn(name: &'static str, dir: &Path, env: &[(String, String)]) -> Result<Proc> {
+pub(super) fn spawn(name: &'static str, dir: &Path, env: &[(String, String)]) -> Result<Proc> {
     let exe = std::env::current_exe().map_err(|e| Error::Config(e.to_string()))?;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -364,7 +364,7 @@ fn phase_at(phases: &[Phase], t: Duration) -> String {
     "finishing the requests in flight".into()
 }
 
-async fn wait_ready(url: &str, procs: &mut [Proc], dir: &Path) -> Result<()> {
+pub(super) async fn wait_ready(url: &str, procs: &mut [Proc], dir: &Path) -> Result<()> {
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
@@ -426,7 +426,7 @@ async fn read_counts(
 
 /// LIKED rows of the item across its buckets: what its count must converge to.
 /// LIKED edges per item over the whole keyspace (a demo holds some thousands of edges).
-async fn all_liked_edges(session: &Session, ks: &str) -> Result<BTreeMap<String, i64>> {
+pub(super) async fn all_liked_edges(session: &Session, ks: &str) -> Result<BTreeMap<String, i64>> {
     use futures::TryStreamExt;
     let err = |e: String| Error::Schema(format!("reading {ks}.edges: {e}"));
     let mut rows = session
@@ -445,7 +445,10 @@ async fn all_liked_edges(session: &Session, ks: &str) -> Result<BTreeMap<String,
 }
 
 /// Every counter row: item → (count, asOf ms).
-async fn all_counts(session: &Session, ks: &str) -> Result<BTreeMap<String, (i64, Option<i64>)>> {
+pub(super) async fn all_counts(
+    session: &Session,
+    ks: &str,
+) -> Result<BTreeMap<String, (i64, Option<i64>)>> {
     use futures::TryStreamExt;
     let err = |e: String| Error::Schema(format!("reading {ks}.like_counts: {e}"));
     let mut rows = session

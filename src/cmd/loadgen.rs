@@ -265,6 +265,38 @@ pub struct Live {
     pub latency_us: Mutex<Histogram<u64>>,
     /// Acknowledged likes minus unlikes per item (first sends only; retries excluded).
     pub net_by_item: Mutex<HashMap<String, i64>>,
+    /// Per edge (item, user), when set: what the client knows of it (`likes chaos` checks
+    /// acknowledged writes against `edges` with it).
+    pub edges: Option<Mutex<HashMap<(String, String), EdgeSeen>>>,
+}
+
+/// What the load generator knows of one edge.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EdgeSeen {
+    /// A like of it was answered 2xx.
+    pub like_acked: bool,
+    /// An unlike of it was sent (answered or not).
+    pub unlike_sent: bool,
+}
+
+impl Live {
+    /// Counters that also keep [`EdgeSeen`] per edge.
+    pub fn tracking_edges() -> Self {
+        Live {
+            edges: Some(Mutex::new(HashMap::new())),
+            ..Live::default()
+        }
+    }
+
+    fn see(&self, op: &Op, f: impl FnOnce(&mut EdgeSeen)) {
+        if let Some(edges) = &self.edges {
+            f(edges
+                .lock()
+                .unwrap()
+                .entry((op.item.clone(), op.user.clone()))
+                .or_default());
+        }
+    }
 }
 
 impl Default for Live {
@@ -278,6 +310,7 @@ impl Default for Live {
                 Histogram::new_with_bounds(1, 120_000_000, 3).expect("valid histogram bounds"),
             ),
             net_by_item: Mutex::new(HashMap::new()),
+            edges: None,
         }
     }
 }
@@ -306,6 +339,9 @@ pub async fn drive(target: Arc<Target>, mix: &mut Mix, phases: &[Phase], live: A
                 continue;
             }
             let op = mix.next();
+            if !op.like {
+                live.see(&op, |e| e.unlike_sent = true);
+            }
             let (target, live) = (target.clone(), live.clone());
             tasks.spawn(async move {
                 match target.send(&op).await {
@@ -313,6 +349,9 @@ pub async fn drive(target: Arc<Target>, mix: &mut Mix, phases: &[Phase], live: A
                         let us = due.elapsed().as_micros() as u64;
                         live.latency_us.lock().unwrap().saturating_record(us.max(1));
                         live.ok.fetch_add(1, Ordering::Relaxed);
+                        if op.like {
+                            live.see(&op, |e| e.like_acked = true);
+                        }
                         if !op.retry {
                             *live.net_by_item.lock().unwrap().entry(op.item).or_insert(0) +=
                                 if op.like { 1 } else { -1 };

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod bench_api;
 pub mod bench_report;
+pub mod chaos;
 pub mod demo;
 pub mod loadgen;
 pub mod migrate;

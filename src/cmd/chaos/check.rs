@@ -1,0 +1,200 @@
+//! The verdict of a chaos run, from a full scan of the store and the log once the pipeline
+//! has drained: counter rows against LIKED edges, acknowledged likes against `edges`, the
+//! committed deltas against the counter rows (so a drift is located to a stage), and no
+//! counter row below 0.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use prost::Message as _;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use scylla::client::session::Session;
+use serde::Serialize;
+
+use super::super::demo::{all_counts, all_liked_edges};
+use super::super::loadgen::EdgeSeen;
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::kafka::{self, LogContext};
+use crate::schema::v1::{delta_record::Record, DeltaRecord, EdgeState};
+use crate::topology::Topology;
+
+/// One item whose figures disagree.
+#[derive(Debug, Clone, Serialize)]
+pub struct Drift {
+    pub item: String,
+    /// LIKED edges: the truth.
+    pub edges: i64,
+    pub counted: i64,
+    /// The sum of the committed deltas of the item (stage 1's output).
+    pub deltas: i64,
+}
+
+/// What the checks found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Verdict {
+    pub items: usize,
+    /// Items whose count differs from their LIKED edges.
+    pub drift_items: usize,
+    pub drift_abs: i64,
+    /// Items whose committed deltas differ from their counter row (stage 2 drifted).
+    pub deltas_vs_counts: usize,
+    /// Items whose committed deltas differ from their edges (API, relay or stage 1 drifted).
+    pub deltas_vs_edges: usize,
+    /// Likes answered 2xx, never unliked, whose edge is not LIKED.
+    pub acked_likes_lost: usize,
+    pub acked_likes: usize,
+    pub negative_rows: usize,
+    /// Up to 20 drifted items.
+    pub drifts: Vec<Drift>,
+}
+
+impl Verdict {
+    pub fn passed(&self) -> bool {
+        self.drift_items == 0
+            && self.acked_likes_lost == 0
+            && self.negative_rows == 0
+            && self.deltas_vs_counts == 0
+    }
+}
+
+/// Counts against edges: (items compared, items that differ).
+pub async fn drift(session: &Session, ks: &str) -> Result<(usize, usize)> {
+    let edges = all_liked_edges(session, ks).await?;
+    let counts = all_counts(session, ks).await?;
+    let mut items: Vec<&String> = edges.keys().chain(counts.keys()).collect();
+    items.sort();
+    items.dedup();
+    let bad = items
+        .iter()
+        .filter(|i| edges.get(**i).copied().unwrap_or(0) != counts.get(**i).map_or(0, |c| c.0))
+        .count();
+    Ok((items.len(), bad))
+}
+
+/// Every check, once.
+pub async fn verdict(
+    session: &Session,
+    settings: &Settings,
+    topology: &Topology,
+    seen: &HashMap<(String, String), EdgeSeen>,
+) -> Result<Verdict> {
+    let ks = &settings.cql.keyspace;
+    let edges = all_liked_edges(session, ks).await?;
+    let counts: BTreeMap<String, i64> = all_counts(session, ks)
+        .await?
+        .into_iter()
+        .map(|(k, (c, _))| (k, c))
+        .collect();
+    let deltas = committed_deltas(settings, topology)?;
+    let mut items: Vec<&String> = edges
+        .keys()
+        .chain(counts.keys())
+        .chain(deltas.keys())
+        .collect();
+    items.sort();
+    items.dedup();
+    let mut v = Verdict {
+        items: items.len(),
+        negative_rows: counts.values().filter(|c| **c < 0).count(),
+        ..Verdict::default()
+    };
+    for item in items {
+        let e = edges.get(item).copied().unwrap_or(0);
+        let c = counts.get(item).copied().unwrap_or(0);
+        let d = deltas.get(item).copied().unwrap_or(0);
+        v.deltas_vs_counts += usize::from(d != c);
+        v.deltas_vs_edges += usize::from(d != e);
+        if e != c {
+            v.drift_items += 1;
+            v.drift_abs += (e - c).abs();
+            if v.drifts.len() < 20 {
+                v.drifts.push(Drift {
+                    item: item.clone(),
+                    edges: e,
+                    counted: c,
+                    deltas: d,
+                });
+            }
+        }
+    }
+    let states = edge_states(session, ks).await?;
+    for ((item, user), s) in seen {
+        if s.like_acked && !s.unlike_sent {
+            v.acked_likes += 1;
+            let liked =
+                states.get(&(item.clone(), user.clone())) == Some(&(EdgeState::Liked as i8));
+            v.acked_likes_lost += usize::from(!liked);
+        }
+    }
+    Ok(v)
+}
+
+async fn edge_states(session: &Session, ks: &str) -> Result<HashMap<(String, String), i8>> {
+    let err = |e: String| Error::Schema(format!("reading {ks}.edges: {e}"));
+    let mut rows = session
+        .query_iter(
+            format!("SELECT item_id, user_id, state FROM {ks}.edges"),
+            (),
+        )
+        .await
+        .map_err(|e| err(e.to_string()))?
+        .rows_stream::<(String, String, Option<i8>)>()
+        .map_err(|e| err(e.to_string()))?;
+    let mut out = HashMap::new();
+    while let Some((item, user, state)) = rows.try_next().await.map_err(|e| err(e.to_string()))? {
+        out.insert((item, user), state.unwrap_or(0));
+    }
+    Ok(out)
+}
+
+/// Per item, the sum of the committed Delta and Correction records on `likes.deltas`, read
+/// (read_committed) up to the end the log had when the read began.
+fn committed_deltas(settings: &Settings, topology: &Topology) -> Result<BTreeMap<String, i64>> {
+    let topic = settings.topic(&topology.topics.deltas.name);
+    let timeout = settings.kafka.request_timeout;
+    let consumer: BaseConsumer<LogContext> = kafka::client_config(&settings.kafka)
+        .set("group.id", "likes-chaos-check")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create_with_context(LogContext)?;
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = HashMap::new();
+    for p in 0..topology.topics.deltas.partitions {
+        let (_, high) = consumer.fetch_watermarks(&topic, p, timeout)?;
+        ends.insert(p, high);
+        tpl.add_partition_offset(&topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    let mut sums = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let position = consumer.position()?;
+        let done = position.elements().iter().all(|e| match e.offset() {
+            Offset::Offset(o) => o >= ends.get(&e.partition()).copied().unwrap_or(0),
+            _ => ends.get(&e.partition()).copied().unwrap_or(0) == 0,
+        });
+        if done {
+            return Ok(sums);
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout(
+                Duration::from_secs(120),
+                format!("reading {topic} to its end"),
+            ));
+        }
+        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let Ok(m) = m else { continue };
+        let Some(v) = m.payload() else { continue };
+        match DeltaRecord::decode(v).ok().and_then(|r| r.record) {
+            Some(Record::Delta(d)) => *sums.entry(d.item_id).or_insert(0) += d.delta,
+            Some(Record::Correction(c)) => *sums.entry(c.item_id).or_insert(0) += c.delta,
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! `likes chaos` (`make chaos`): the whole system under load while faults drawn from a seed
+//! strike it, then a verdict from a full scan.
+//!
+//! Each run starts `likes api` (with the relay), `likes dedupe` and `likes count` as processes
+//! in a namespace of its own (keyspace and topic prefix), drives likes, unlikes and keyed
+//! retries through the HTTP API (zipf items, one viral), and meanwhile kills: each process
+//! with kill -9, dedupe together with its local state, the Kafka broker and Cassandra with
+//! kill -9 (started again after a few seconds). Processes are restarted as Kubernetes would,
+//! on exit after a backoff, and the report says how often each was and whether it ever
+//! exited on its own. Then it waits for the pipeline to drain and checks every item (see
+//! [`check`]). A seed always draws the same faults at the same moments, so a failing seed
+//! replays its schedule; the load's timing is the machine's.
+
+mod check;
+mod faults;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::demo::wait_ready;
+use super::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::topology::Topology;
+use crate::{cmd, cql};
+use faults::{Fault, Fleet, Planned};
+
+/// How long the pipeline may take to drain after the load (the relay leaves entries younger
+/// than `api.relay_min_age`, a stage may be in its backoff).
+const DRAIN: Duration = Duration::from_secs(240);
+
+/// What to run.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChaosArgs {
+    /// The first run's seed; run k uses seed + k.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Runs, one after another.
+    #[arg(long, default_value_t = 1)]
+    pub runs: u64,
+    /// Seconds of load per run.
+    #[arg(long, default_value_t = 90)]
+    pub seconds: u64,
+    /// Requests a second (the viral quarter of a run offers 1.5x).
+    #[arg(long, default_value_t = 150.0)]
+    pub rate: f64,
+    /// Faults per run besides the broker and the Cassandra kill every run has.
+    #[arg(long, default_value_t = 4)]
+    pub extra_faults: usize,
+    /// Where the JSON report goes (rewritten after each run).
+    #[arg(long, default_value = "chaos-report.json")]
+    pub report: PathBuf,
+    /// The stack script that starts the broker and Cassandra again.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/stack/stack.sh"))]
+    pub stack_script: PathBuf,
+}
+
+/// One run's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub seed: u64,
+    pub namespace: String,
+    pub requests_sent: u64,
+    pub requests_ok: u64,
+    pub requests_failed: u64,
+    pub failures: std::collections::BTreeMap<String, u64>,
+    /// The seed's schedule.
+    pub planned: Vec<Planned>,
+    /// What struck and when (a fault waits while the broker or Cassandra is down).
+    pub struck: Vec<Planned>,
+    /// Per process: restarts, and exits it made on its own (status each).
+    pub processes: Vec<ProcessReport>,
+    /// Seconds from the end of the load until every count equalled its edges (None: never).
+    pub drained_after_s: Option<f64>,
+    /// Items whose count trailed or differed from their edges right after each outage ended
+    /// (the pipeline's lag included), the most of any.
+    pub max_items_behind_mid_run: usize,
+    pub verdict: check::Verdict,
+    pub passed: bool,
+    pub logs: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessReport {
+    pub process: &'static str,
+    pub restarts: u32,
+    pub exits_on_its_own: Vec<String>,
+}
+
+/// Runs `args.runs` seeds one after another; true when every run passed. Writes the JSON
+/// report after each run, so a long series killed halfway keeps what it did.
+pub async fn run(base: &Settings, topology: &Topology, args: &ChaosArgs) -> Result<bool> {
+    let mut reports = Vec::new();
+    for k in 0..args.runs {
+        let seed = args.seed + k;
+        say(&format!("chaos: run {}/{} (seed {seed})", k + 1, args.runs));
+        let r = run_one(base, topology, args, seed).await?;
+        say(&format!(
+            "chaos: seed {seed}: {} — {} requests ({} ok), {} faults, drift {} items ({} likes), acknowledged likes lost {}, drained {}",
+            if r.passed { "PASS" } else { "FAIL" },
+            r.requests_sent,
+            r.requests_ok,
+            r.struck.len(),
+            r.verdict.drift_items,
+            r.verdict.drift_abs,
+            r.verdict.acked_likes_lost,
+            r.drained_after_s.map_or("never".into(), |s| format!("after {s:.0} s")),
+        ));
+        reports.push(r);
+        let json = serde_json::to_string_pretty(&reports)
+            .map_err(|e| Error::State(format!("report: {e}")))?;
+        std::fs::write(&args.report, json)
+            .map_err(|e| Error::State(format!("{}: {e}", args.report.display())))?;
+    }
+    let failed: Vec<u64> = reports
+        .iter()
+        .filter(|r| !r.passed)
+        .map(|r| r.seed)
+        .collect();
+    say(&format!(
+        "chaos: {} runs, {} passed; report {}",
+        reports.len(),
+        reports.len() - failed.len(),
+        args.report.display()
+    ));
+    if !failed.is_empty() {
+        say(&format!(
+            "chaos: failing seeds (each replays its fault schedule: likes chaos --seed S): {failed:?}"
+        ));
+    }
+    Ok(failed.is_empty())
+}
+
+async fn run_one(
+    base: &Settings,
+    topology: &Topology,
+    args: &ChaosArgs,
+    seed: u64,
+) -> Result<RunReport> {
+    let stamp = crate::dedupe::state::now_ms() / 1000 % 1_000_000;
+    let namespace = format!("chaos_{seed}_{stamp}");
+    let mut settings = base.clone();
+    settings.cql.keyspace = namespace.clone();
+    settings.kafka.topic_prefix = format!("{namespace}.");
+    if settings.api.session_key.is_empty() {
+        settings.api.session_key = format!("chaos-{:032x}", rand::random::<u128>());
+    }
+    let stack_dir = cmd::stack_dir().ok_or_else(|| Error::Config("no stack dir".into()))?;
+    let dir = stack_dir.join("chaos").join(&namespace);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::State(format!("{}: {e}", dir.display())))?;
+
+    let session = cql::connect(&settings.cql).await?;
+    cmd::migrate::run(&session, &settings.cql).await?;
+    cql::recorded::record(&session, &namespace, topology, false).await?;
+    cmd::topics::run(&settings, topology).await?;
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| Error::Config(format!("a free port: {e}")))?
+        .port();
+    settings.api.listen = format!("127.0.0.1:{port}");
+    let env: Vec<(String, String)> = [
+        ("LIKES__CQL__KEYSPACE", namespace.clone()),
+        (
+            "LIKES__KAFKA__TOPIC_PREFIX",
+            settings.kafka.topic_prefix.clone(),
+        ),
+        ("LIKES__API__LISTEN", settings.api.listen.clone()),
+        ("LIKES__API__SESSION_KEY", settings.api.session_key.clone()),
+        ("LIKES__API__RELAY", "true".into()),
+        (
+            "LIKES__DEDUPE__STATE_DIR",
+            dir.join("dedupe-state").display().to_string(),
+        ),
+        ("LIKES__DEDUPE__INSTANCE_ID", "chaos-0".into()),
+        ("RUST_LOG", "info".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let mut fleet = Fleet::start(&dir, env)?;
+    let url = format!("http://{}", settings.api.listen);
+    {
+        let mut procs = Vec::new();
+        // Readiness through the API only; the stages are supervised from here on.
+        wait_ready(&url, &mut procs, &dir).await?;
+    }
+
+    let s = args.seconds as f64;
+    let plan = faults::schedule(seed, s, args.extra_faults);
+    say(&format!(
+        "chaos: seed {seed}: {} faults planned",
+        plan.len()
+    ));
+    for p in &plan {
+        say(&format!("  t={:>5.1}s {:?}", p.at_s, p.fault));
+    }
+    let phases = vec![
+        Phase {
+            name: "steady".into(),
+            seconds: s / 2.0,
+            rate: args.rate,
+            viral_share: 0.05,
+        },
+        Phase {
+            name: "viral".into(),
+            seconds: s / 4.0,
+            rate: args.rate * 1.5,
+            viral_share: 0.4,
+        },
+        Phase {
+            name: "steady".into(),
+            seconds: s - s / 2.0 - s / 4.0,
+            rate: args.rate,
+            viral_share: 0.05,
+        },
+    ];
+    let live = Arc::new(Live::tracking_edges());
+    let target = Arc::new(Target::http(&settings, &url)?);
+    let mut mix = Mix::new(MixArgs {
+        items: 300,
+        viral_share: 0.05,
+        unlike_share: 0.15,
+        retry_share: 0.1,
+        seed,
+        run_id: format!("c{seed}x{stamp}"),
+    });
+    let started = Instant::now();
+    let load = {
+        let live = live.clone();
+        tokio::spawn(async move { loadgen::drive(target, &mut mix, &phases, live).await })
+    };
+
+    let mut next = 0;
+    let mut struck = Vec::new();
+    let mut max_drift = 0;
+    // A killed dependency comes back at this time; the next fault waits for it.
+    let mut down_until: Option<Instant> = None;
+    loop {
+        fleet.tick()?;
+        let t = started.elapsed().as_secs_f64();
+        if let Some(at) = down_until {
+            if Instant::now() >= at {
+                let script = args.stack_script.clone();
+                tokio::task::spawn_blocking(move || faults::stack_up(&script))
+                    .await
+                    .map_err(|e| Error::State(format!("stack up: {e}")))??;
+                down_until = None;
+                say(&format!(
+                    "  t={:>5.1}s the stack is up again",
+                    started.elapsed().as_secs_f64()
+                ));
+                if let Ok((_, behind)) = check::drift(&session, &namespace).await {
+                    max_drift = max_drift.max(behind);
+                }
+            }
+        } else if next < plan.len() && t >= plan[next].at_s {
+            let f = &plan[next].fault;
+            say(&format!("  t={t:>5.1}s {f:?}"));
+            struck.push(Planned {
+                at_s: (t * 10.0).round() / 10.0,
+                fault: f.clone(),
+            });
+            match f {
+                Fault::Kill { process } => fleet.kill9(process),
+                Fault::WipeDedupeState => {
+                    fleet.kill9("dedupe");
+                    let _ = std::fs::remove_dir_all(dir.join("dedupe-state"));
+                }
+                Fault::Broker { down_s } => {
+                    faults::kill9_dependency(&stack_dir, "kafka")?;
+                    down_until = Some(Instant::now() + Duration::from_secs(*down_s));
+                }
+                Fault::Cassandra { down_s } => {
+                    faults::kill9_dependency(&stack_dir, "cassandra")?;
+                    down_until = Some(Instant::now() + Duration::from_secs(*down_s));
+                }
+            }
+            next += 1;
+        } else if load.is_finished() && next >= plan.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let _ = load.await;
+    let summary = loadgen::Summary::of(&live, started.elapsed());
+    say(&format!(
+        "chaos: load done: {} sent, {} ok, {} failed; draining",
+        summary.sent, summary.ok, summary.failed
+    ));
+
+    let load_end = Instant::now();
+    let mut drained_after_s = None;
+    while load_end.elapsed() < DRAIN {
+        fleet.tick()?;
+        match check::drift(&session, &namespace).await {
+            Ok((_, 0)) => {
+                drained_after_s = Some(load_end.elapsed().as_secs_f64());
+                break;
+            }
+            Ok(_) | Err(_) => tokio::time::sleep(Duration::from_secs(2)).await,
+        }
+    }
+    let seen = live
+        .edges
+        .as_ref()
+        .map(|e| e.lock().unwrap().clone())
+        .unwrap_or_default();
+    let verdict = check::verdict(&session, &settings, topology, &seen).await?;
+    fleet.stop();
+    let passed = verdict.passed();
+    let processes = fleet
+        .tally()
+        .into_iter()
+        .map(|(process, restarts, exits)| ProcessReport {
+            process,
+            restarts,
+            exits_on_its_own: exits,
+        })
+        .collect();
+    if passed {
+        // A passing run leaves nothing behind; a failing one keeps its namespace and logs.
+        let _ = cmd::bench::drop_namespace(&session, &settings, topology).await;
+        let _ = std::fs::remove_dir_all(dir.join("dedupe-state"));
+    }
+    Ok(RunReport {
+        seed,
+        namespace,
+        requests_sent: summary.sent,
+        requests_ok: summary.ok,
+        requests_failed: summary.failed,
+        failures: summary.failures,
+        planned: plan,
+        struck,
+        processes,
+        drained_after_s,
+        max_items_behind_mid_run: max_drift,
+        verdict,
+        passed,
+        logs: dir.display().to_string(),
+    })
+}
+
+fn say(line: &str) {
+    println!("{line}");
+}
