@@ -11,7 +11,7 @@ BUF := $(LIKES_CACHE)/buf/node_modules/.bin/buf
 CARGO ?= cargo
 LIKES := $(CARGO_TARGET_DIR)/debug/likes
 
-.PHONY: help up down stack-reset stack-status build migrate topics topology demo chaos chaos-ci test lint fmt buf bench bench-topology bench-api
+.PHONY: help up down stack-reset stack-status build migrate topics topology demo chaos chaos-ci fuzz test lint fmt buf bench bench-topology bench-api
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -67,6 +67,17 @@ chaos: up build ## Fault runs: kill -9 of every process, the broker and Cassandr
 chaos-ci: up build ## The short chaos runs CI does: 2 seeds of 60 s, each with a broker and a Cassandra kill
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(LIKES) chaos --seed $${CHAOS_SEED:-1} --runs 2 --seconds 60 --rate 100 --extra-faults 3 \
 	  --report $(LIKES_CACHE)/chaos-report.json
+
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := like_event delta_record http_input session_token
+fuzz: ## Run each fuzz target (decoders of outside bytes) for FUZZ_SECONDS (nightly; installs cargo-fuzz)
+	@command -v cargo-fuzz >/dev/null || { echo "fuzz: installing cargo-fuzz from crates.io"; cargo install cargo-fuzz --locked; }
+	@for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  cargo +nightly fuzz run --fuzz-dir fuzz --target-dir $(LIKES_CACHE)/fuzz-target $$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 2>&1 | tee $(LIKES_CACHE)/fuzz-$$t.log | grep -E "^(stat::|==|SUMMARY|Done)" ; \
+	  test $${PIPESTATUS[0]} -eq 0 || { echo "fuzz: $$t found a crash (fuzz/artifacts/$$t/)"; exit 1; }; \
+	done
 
 test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts the stack)
 	$(CARGO) test --all-targets --features failpoints --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \

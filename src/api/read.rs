@@ -105,11 +105,12 @@ pub struct LikersPage {
 
 /// A position in the who-liked walk: bucket, then the last user returned in it. Opaque to
 /// clients (hex); stable under concurrent writes because it is a key position, not an offset.
-fn encode_cursor(bucket: i32, after: &str) -> String {
+pub fn encode_cursor(bucket: i32, after: &str) -> String {
     hex::encode(format!("{bucket}:{after}"))
 }
 
-fn decode_cursor(c: &str, buckets: i32) -> Option<(i32, String)> {
+/// The position a cursor names, if it is one this API issued for `buckets` buckets.
+pub fn decode_cursor(c: &str, buckets: i32) -> Option<(i32, String)> {
     let raw = String::from_utf8(hex::decode(c).ok()?).ok()?;
     let (b, after) = raw.split_once(':')?;
     let b: i32 = b.parse().ok()?;

@@ -252,7 +252,7 @@ pub async fn unlike(
 }
 
 /// The write body is empty or `{}`; anything else is refused, not ignored.
-fn empty_body(body: &[u8]) -> std::result::Result<(), ApiError> {
+pub fn empty_body(body: &[u8]) -> std::result::Result<(), ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(());
     }
@@ -268,7 +268,8 @@ fn empty_body(body: &[u8]) -> std::result::Result<(), ApiError> {
     }
 }
 
-fn request_key(headers: &HeaderMap) -> std::result::Result<String, ApiError> {
+/// The request's Idempotency-Key: 1-128 visible ASCII characters, or a 400.
+pub fn request_key(headers: &HeaderMap) -> std::result::Result<String, ApiError> {
     let key = headers
         .get("idempotency-key")
         .ok_or_else(|| ApiError::BadRequest("missing Idempotency-Key header".into()))?

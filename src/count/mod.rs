@@ -197,32 +197,30 @@ impl Count {
         self.records += 1;
         metrics::counter!(m::DELTA_RECORDS_IN).increment(1);
         let ts = msg.timestamp().to_millis().unwrap_or(0);
-        let decoded = msg
-            .payload()
-            .ok_or_else(|| "record has no value".to_string())
-            .and_then(|v| {
-                DeltaRecord::decode(v).map_err(|e| format!("undecodable DeltaRecord: {e}"))
-            });
-        match decoded.map(|r| r.record) {
-            Ok(Some(Record::Delta(d))) => {
+        match decode_record(msg.payload()) {
+            Ok(Input::Delta {
+                item,
+                delta,
+                event_time_ms,
+            }) => {
                 metrics::histogram!(m::INPUT_DELAY_SECONDS)
-                    .record((ts - d.event_time_ms).max(0) as f64 / 1000.0);
-                self.windows.observe(
-                    p,
-                    msg.offset(),
-                    ts,
-                    Some((&d.item_id, d.delta, d.event_time_ms)),
-                )
+                    .record((ts - event_time_ms).max(0) as f64 / 1000.0);
+                self.windows
+                    .observe(p, msg.offset(), ts, Some((&item, delta, event_time_ms)))
             }
             // A correction's staleness counts from when it entered the log, not from its
             // snapshot, which may be hours old by design.
-            Ok(Some(Record::Correction(c))) => {
-                info!(item = %c.item_id, delta = c.delta, id = %c.correction_id, reason = %c.reason, "correction");
+            Ok(Input::Correction {
+                item,
+                delta,
+                id,
+                reason,
+            }) => {
+                info!(%item, delta, %id, %reason, "correction");
                 self.windows
-                    .observe(p, msg.offset(), ts, Some((&c.item_id, c.delta, ts)))
+                    .observe(p, msg.offset(), ts, Some((&item, delta, ts)))
             }
-            Ok(Some(Record::Tick(_))) => self.windows.observe(p, msg.offset(), ts, None),
-            Ok(None) => self.dead_letter(msg, "DeltaRecord holds no record".into())?,
+            Ok(Input::Tick) => self.windows.observe(p, msg.offset(), ts, None),
             Err(reason) => self.dead_letter(msg, reason)?,
         }
         Ok(())
@@ -266,6 +264,68 @@ impl Count {
     }
 }
 
+/// The most a single record may move a count: stage 1 emits at most one per event of a
+/// batch, and a correction at most an item's likes. Beyond it a record is corrupt or hostile,
+/// and summing it could overflow a window's total.
+pub const MAX_ABS_DELTA: i64 = 1 << 40;
+
+/// One record of `likes.deltas`, decoded and validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    Delta {
+        item: String,
+        delta: i64,
+        event_time_ms: i64,
+    },
+    Correction {
+        item: String,
+        delta: i64,
+        id: String,
+        reason: String,
+    },
+    Tick,
+}
+
+/// Decodes a `likes.deltas` value; a reason when it is not one stage 2 may apply (a dead
+/// letter).
+pub fn decode_record(payload: Option<&[u8]>) -> std::result::Result<Input, String> {
+    let v = payload.ok_or_else(|| "record has no value".to_string())?;
+    let r = DeltaRecord::decode(v).map_err(|e| format!("undecodable DeltaRecord: {e}"))?;
+    let check = |item: &str, delta: i64| -> std::result::Result<(), String> {
+        if item.is_empty() || item.len() > crate::dedupe::event::MAX_ID_BYTES {
+            return Err(format!(
+                "item_id must be 1-{} bytes",
+                crate::dedupe::event::MAX_ID_BYTES
+            ));
+        }
+        if delta.unsigned_abs() > MAX_ABS_DELTA as u64 {
+            return Err(format!("delta {delta} is beyond ±{MAX_ABS_DELTA}"));
+        }
+        Ok(())
+    };
+    match r.record {
+        Some(Record::Delta(d)) => {
+            check(&d.item_id, d.delta)?;
+            Ok(Input::Delta {
+                item: d.item_id,
+                delta: d.delta,
+                event_time_ms: d.event_time_ms,
+            })
+        }
+        Some(Record::Correction(c)) => {
+            check(&c.item_id, c.delta)?;
+            Ok(Input::Correction {
+                item: c.item_id,
+                delta: c.delta,
+                id: c.correction_id,
+                reason: c.reason,
+            })
+        }
+        Some(Record::Tick(_)) => Ok(Input::Tick),
+        None => Err("DeltaRecord holds no record".into()),
+    }
+}
+
 /// Runs stage 2 until `stop`. An error of Kafka's or Cassandra's (a restart, a timeout) ends
 /// the incarnation, not the process: a new one starts after a backoff from the committed
 /// offsets, and the fence skips every window the last one applied. Fatal errors end the
@@ -304,6 +364,26 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_delta_beyond_the_bound_is_refused_not_summed() {
+        use prost::Message as _;
+        let rec = |delta| {
+            crate::schema::v1::DeltaRecord {
+                record: Some(super::Record::Delta(crate::schema::v1::Delta {
+                    item_id: "i".into(),
+                    delta,
+                    event_time_ms: 1,
+                    events: 1,
+                })),
+            }
+            .encode_to_vec()
+        };
+        assert!(super::decode_record(Some(&rec(i64::MAX))).is_err());
+        assert!(super::decode_record(Some(&rec(-super::MAX_ABS_DELTA - 1))).is_err());
+        assert!(super::decode_record(Some(&rec(3))).is_ok());
+        assert!(super::decode_record(None).is_err());
+    }
+
     #[test]
     fn clock_metadata_round_trips() {
         assert_eq!(

@@ -110,7 +110,8 @@ impl Windows {
                 self.closed.push(ClosedWindow {
                     partition,
                     id: open.id,
-                    end_ms: (open.id + 1) * window_ms,
+                    // Saturating: a log time near i64::MAX (a corrupt timestamp) must not panic.
+                    end_ms: (open.id + 1).saturating_mul(window_ms),
                     items: open.items,
                 });
             }
