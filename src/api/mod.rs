@@ -113,9 +113,27 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
+/// Connects, waiting out a store or broker that is restarting (1 s doubling to 30 s, a warn
+/// line each) instead of exiting into a crash loop; what no wait can fix (configuration,
+/// schema, topology) ends the process.
+async fn connect_patiently(settings: &Settings, topology: &Topology) -> Result<Arc<App>> {
+    let mut backoff = crate::supervise::Backoff::default();
+    loop {
+        match App::connect(settings, topology).await {
+            Ok(app) => return Ok(app),
+            Err(e) if e.is_retryable() => {
+                let wait = backoff.wait();
+                tracing::warn!(error = %e, retry_in = ?wait, "api: a dependency is not answering yet");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Serves until SIGTERM or Ctrl-C.
 pub async fn serve(settings: &Settings, topology: &Topology) -> Result<()> {
-    let app = App::connect(settings, topology).await?;
+    let app = connect_patiently(settings, topology).await?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     if settings.api.relay {
         tokio::spawn(relay::run(
@@ -139,7 +157,7 @@ pub async fn serve(settings: &Settings, topology: &Topology) -> Result<()> {
 
 /// `likes relay` on its own: passes until SIGTERM.
 pub async fn relay_alone(settings: &Settings, topology: &Topology) -> Result<()> {
-    let app = App::connect(settings, topology).await?;
+    let app = connect_patiently(settings, topology).await?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();
     tokio::spawn(async move {
