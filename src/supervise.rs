@@ -26,7 +26,8 @@ pub fn is_fatal(e: &Error) -> bool {
     }
 }
 
-/// Exponential backoff between incarnations: 1 s doubling to 30 s, back to 1 s once an
+/// Exponential backoff between incarnations: 1 s doubling to 10 s (a dependency back must
+/// not wait long for its stage), back to 1 s once an
 /// incarnation has made progress.
 pub struct Backoff {
     next: Duration,
@@ -41,7 +42,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    pub const MAX: Duration = Duration::from_secs(30);
+    pub const MAX: Duration = Duration::from_secs(10);
 
     /// The wait before the next incarnation; doubles the one after.
     pub fn wait(&mut self) -> Duration {
@@ -160,7 +161,7 @@ mod tests {
     fn backoff_doubles_to_its_cap_and_resets() {
         let mut b = Backoff::default();
         let waits: Vec<u64> = (0..7).map(|_| b.wait().as_secs()).collect();
-        assert_eq!(waits, vec![1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(waits, vec![1, 2, 4, 8, 10, 10, 10]);
         b.reset();
         assert_eq!(b.wait(), Duration::from_secs(1));
     }

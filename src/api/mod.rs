@@ -113,7 +113,7 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Connects, waiting out a store or broker that is restarting (1 s doubling to 30 s, a warn
+/// Connects, waiting out a store or broker that is restarting (1 s doubling to 10 s, a warn
 /// line each) instead of exiting into a crash loop; what no wait can fix (configuration,
 /// schema, topology) ends the process.
 async fn connect_patiently(settings: &Settings, topology: &Topology) -> Result<Arc<App>> {

@@ -52,7 +52,13 @@ pub(super) struct Proc {
     pub child: Child,
 }
 
-pub(super) fn spawn(name: &'static str, dir: &Path, env: &[(String, String)]) -> Result<Proc> {
+/// Starts `likes <command>`, its log and pid file named `<name>`.
+pub(super) fn spawn(
+    command: &'static str,
+    name: &'static str,
+    dir: &Path,
+    env: &[(String, String)],
+) -> Result<Proc> {
     let exe = std::env::current_exe().map_err(|e| Error::Config(e.to_string()))?;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -60,7 +66,7 @@ pub(super) fn spawn(name: &'static str, dir: &Path, env: &[(String, String)]) ->
         .open(dir.join(format!("{name}.log")))
         .map_err(|e| Error::State(format!("demo log: {e}")))?;
     let mut cmd = Command::new(exe);
-    cmd.arg(name)
+    cmd.arg(command)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| Error::State(e.to_string()))?)
@@ -70,7 +76,7 @@ pub(super) fn spawn(name: &'static str, dir: &Path, env: &[(String, String)]) ->
         .process_group(0);
     let child = cmd
         .spawn()
-        .map_err(|e| Error::Config(format!("spawn likes {name}: {e}")))?;
+        .map_err(|e| Error::Config(format!("spawn likes {command}: {e}")))?;
     std::fs::write(dir.join(format!("{name}.pid")), child.id().to_string())
         .map_err(|e| Error::State(format!("demo pid file: {e}")))?;
     Ok(Proc { name, child })
@@ -160,9 +166,9 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
     };
     say("demo: starting likes api (with the relay), likes dedupe, likes count");
     let mut procs = vec![
-        spawn("api", &dir, &common(API_METRICS))?,
-        spawn("dedupe", &dir, &common(DEDUPE_METRICS))?,
-        spawn("count", &dir, &common(COUNT_METRICS))?,
+        spawn("api", "api", &dir, &common(API_METRICS))?,
+        spawn("dedupe", "dedupe", &dir, &common(DEDUPE_METRICS))?,
+        spawn("count", "count", &dir, &common(COUNT_METRICS))?,
     ];
     let url = format!("http://{}", settings.api.listen);
     wait_ready(&url, &mut procs, &dir).await?;
@@ -242,7 +248,7 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
                 .iter()
                 .position(|p| p.name == "count")
                 .expect("count runs");
-            procs[i] = spawn("count", &dir, &common(COUNT_METRICS))?;
+            procs[i] = spawn("count", "count", &dir, &common(COUNT_METRICS))?;
             restarted = true;
             event = Some(format!(
                 "likes count restarted (pid {})",

@@ -15,8 +15,11 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Fault {
-    /// kill -9 of a `likes` process (api with its relay, dedupe, count).
+    /// kill -9 of a `likes` process (api with its relay, dedupe, dedupe-2, count).
     Kill { process: &'static str },
+    /// A stage's group reset to `back_s` seconds ago with `likes replay` (its processes
+    /// stopped meanwhile, as the runbook says): the counts must not move.
+    Replay { stage: &'static str, back_s: u64 },
     /// kill -9 of dedupe and the loss of its local state (a new disk).
     WipeDedupeState,
     /// kill -9 of the Kafka broker, started again after `down_s`.
@@ -31,6 +34,9 @@ pub struct Planned {
     pub at_s: f64,
     #[serde(flatten)]
     pub fault: Fault,
+    /// What came of it, when not plain (a replay refused, say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
 }
 
 /// The schedule of a seed: one broker and one Cassandra kill always, then `extra` more of any
@@ -46,17 +52,29 @@ pub fn schedule(seed: u64, seconds: f64, extra: usize) -> Vec<Planned> {
         },
     ];
     for _ in 0..extra {
-        faults.push(match rng.random_range(0..8) {
-            0 | 1 => Fault::Kill { process: "dedupe" },
+        faults.push(match rng.random_range(0..11) {
+            0 => Fault::Kill { process: "dedupe" },
+            1 => Fault::Kill {
+                process: "dedupe-2",
+            },
             2 | 3 => Fault::Kill { process: "count" },
             4 => Fault::Kill { process: "api" },
             5 => Fault::WipeDedupeState,
             6 => Fault::Broker {
                 down_s: rng.random_range(5..=25),
             },
-            _ => Fault::Cassandra {
+            7 => Fault::Cassandra {
                 down_s: rng.random_range(3..=12),
             },
+            8 => Fault::Replay {
+                stage: "count",
+                back_s: rng.random_range(5..=60),
+            },
+            9 => Fault::Replay {
+                stage: "dedupe",
+                back_s: rng.random_range(5..=60),
+            },
+            _ => Fault::Kill { process: "count" },
         });
     }
     let mut planned: Vec<Planned> = faults
@@ -64,6 +82,7 @@ pub fn schedule(seed: u64, seconds: f64, extra: usize) -> Vec<Planned> {
         .map(|fault| Planned {
             at_s: (seconds * rng.random_range(0.1..0.8) * 10.0).round() / 10.0,
             fault,
+            outcome: None,
         })
         .collect();
     planned.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
@@ -72,7 +91,14 @@ pub fn schedule(seed: u64, seconds: f64, extra: usize) -> Vec<Planned> {
 
 /// A `likes` process under supervision.
 struct Supervised {
+    /// Its name in the report and its log file (`<name>.log`).
     name: &'static str,
+    /// The subcommand.
+    command: &'static str,
+    /// Environment of this process only (a second dedupe's instance id).
+    env: Vec<(String, String)>,
+    /// Stopped on purpose: not restarted until released.
+    held: bool,
     proc: Option<Proc>,
     started: Instant,
     /// When a stopped process starts again.
@@ -93,24 +119,45 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// Starts api, dedupe, a second dedupe instance (`dedupe-2`: partitions move between the
+    /// two whenever either dies) and count.
     pub fn start(dir: &Path, env: Vec<(String, String)>) -> Result<Self> {
-        let mut procs = Vec::new();
-        for name in ["api", "dedupe", "count"] {
-            procs.push(Supervised {
+        let mut fleet = Self {
+            dir: dir.to_path_buf(),
+            env,
+            procs: Vec::new(),
+        };
+        let second = vec![(
+            "LIKES__DEDUPE__INSTANCE_ID".to_string(),
+            "chaos-1".to_string(),
+        )];
+        for (name, command, env) in [
+            ("api", "api", vec![]),
+            ("dedupe", "dedupe", vec![]),
+            ("dedupe-2", "dedupe", second),
+            ("count", "count", vec![]),
+        ] {
+            let mut s = Supervised {
                 name,
-                proc: Some(spawn(name, dir, &env)?),
+                command,
+                env,
+                held: false,
+                proc: None,
                 started: Instant::now(),
                 restart_at: None,
                 backoff: Duration::from_secs(1),
                 restarts: 0,
                 exits: Vec::new(),
-            });
+            };
+            s.proc = Some(fleet.spawn(&s)?);
+            fleet.procs.push(s);
         }
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            env,
-            procs,
-        })
+        Ok(fleet)
+    }
+
+    fn spawn(&self, s: &Supervised) -> Result<Proc> {
+        let env: Vec<(String, String)> = self.env.iter().chain(&s.env).cloned().collect();
+        spawn(s.command, s.name, &self.dir, &env)
     }
 
     /// Notices exits and restarts what is due.
@@ -125,8 +172,9 @@ impl Fleet {
                     schedule_restart(s, now);
                 }
             }
-            if s.proc.is_none() && s.restart_at.is_some_and(|t| now >= t) {
-                s.proc = Some(spawn(s.name, &self.dir, &self.env)?);
+            if s.proc.is_none() && !s.held && s.restart_at.is_some_and(|t| now >= t) {
+                let env: Vec<(String, String)> = self.env.iter().chain(&s.env).cloned().collect();
+                s.proc = Some(spawn(s.command, s.name, &self.dir, &env)?);
                 s.started = now;
                 s.restart_at = None;
                 s.restarts += 1;
@@ -147,6 +195,24 @@ impl Fleet {
         }
     }
 
+    /// Stops every process of `command` (SIGTERM, a clean exit) and keeps them stopped.
+    pub fn hold(&mut self, command: &str) {
+        for s in self.procs.iter_mut().filter(|s| s.command == command) {
+            s.held = true;
+            if let Some(p) = s.proc.take() {
+                terminate(p);
+            }
+        }
+    }
+
+    /// Lets the held processes of `command` start again (at the next tick).
+    pub fn release(&mut self, command: &str) {
+        for s in self.procs.iter_mut().filter(|s| s.command == command) {
+            s.held = false;
+            s.restart_at = Some(Instant::now());
+        }
+    }
+
     /// (process, restarts, exits on its own) for the report.
     pub fn tally(&self) -> Vec<(&'static str, u32, Vec<String>)> {
         self.procs
@@ -158,23 +224,28 @@ impl Fleet {
     /// SIGTERM to every process, and a wait for its exit (SIGKILL after 30 s).
     pub fn stop(&mut self) {
         for s in &mut self.procs {
-            if let Some(mut p) = s.proc.take() {
-                let pid = p.child.id().to_string();
-                let _ = std::process::Command::new("kill")
-                    .args(["-TERM", &pid])
-                    .status();
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while Instant::now() < deadline {
-                    if let Ok(Some(_)) = p.child.try_wait() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                let _ = p.child.kill();
-                let _ = p.child.wait();
+            if let Some(p) = s.proc.take() {
+                terminate(p);
             }
         }
     }
+}
+
+/// SIGTERM, and a wait for the exit (SIGKILL after 30 s).
+fn terminate(mut p: Proc) {
+    let pid = p.child.id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = p.child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = p.child.kill();
+    let _ = p.child.wait();
 }
 
 impl Drop for Fleet {

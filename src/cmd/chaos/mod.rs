@@ -4,8 +4,9 @@
 //! Each run starts `likes api` (with the relay), `likes dedupe` and `likes count` as processes
 //! in a namespace of its own (keyspace and topic prefix), drives likes, unlikes and keyed
 //! retries through the HTTP API (zipf items, one viral), and meanwhile kills: each process
-//! with kill -9, dedupe together with its local state, the Kafka broker and Cassandra with
-//! kill -9 (started again after a few seconds). Processes are restarted as Kubernetes would,
+//! with kill -9 (two dedupe instances, so partitions move between them), dedupe together
+//! with its local state, the Kafka broker and Cassandra with kill -9 (started again after a
+//! few seconds), and a stage's group reset to an earlier time with `likes replay`. Processes are restarted as Kubernetes would,
 //! on exit after a backoff, and the report says how often each was and whether it ever
 //! exited on its own. Then it waits for the pipeline to drain and checks every item (see
 //! [`check`]). A seed always draws the same faults at the same moments, so a failing seed
@@ -235,14 +236,37 @@ async fn run_one(
     };
 
     let mut next = 0;
-    let mut struck = Vec::new();
+    let mut struck: Vec<Planned> = Vec::new();
     let mut max_drift = 0;
     // A killed dependency comes back at this time; the next fault waits for it.
     let mut down_until: Option<Instant> = None;
+    // A replay under way: the stage it holds stopped, and the reset's outcome.
+    type Replaying = (
+        &'static str,
+        tokio::task::JoinHandle<Result<cmd::replay::ReplayReport>>,
+    );
+    let mut replaying: Option<Replaying> = None;
     loop {
         fleet.tick()?;
         let t = started.elapsed().as_secs_f64();
-        if let Some(at) = down_until {
+        if replaying
+            .as_ref()
+            .is_some_and(|(_, task)| task.is_finished())
+        {
+            let (stage, task) = replaying.take().expect("checked");
+            let outcome = match task.await {
+                Ok(Ok(r)) => format!("reset: {}", r.to_string().lines().next().unwrap_or("")),
+                Ok(Err(e)) => format!("refused: {e}"),
+                Err(e) => format!("failed: {e}"),
+            };
+            say(&format!("  t={t:>5.1}s replay of {stage}: {outcome}"));
+            if let Some(last) = struck.last_mut() {
+                last.outcome = Some(outcome);
+            }
+            fleet.release(stage);
+        } else if replaying.is_some() {
+            // The next fault waits for the replay.
+        } else if let Some(at) = down_until {
             if Instant::now() >= at {
                 let script = args.stack_script.clone();
                 tokio::task::spawn_blocking(move || faults::stack_up(&script))
@@ -263,6 +287,7 @@ async fn run_one(
             struck.push(Planned {
                 at_s: (t * 10.0).round() / 10.0,
                 fault: f.clone(),
+                outcome: None,
             });
             match f {
                 Fault::Kill { process } => fleet.kill9(process),
@@ -278,9 +303,28 @@ async fn run_one(
                     faults::kill9_dependency(&stack_dir, "cassandra")?;
                     down_until = Some(Instant::now() + Duration::from_secs(*down_s));
                 }
+                Fault::Replay { stage, back_s } => {
+                    fleet.hold(stage);
+                    let group = format!(
+                        "{}{}",
+                        settings.kafka.topic_prefix,
+                        if *stage == "count" {
+                            &topology.groups.count
+                        } else {
+                            &topology.groups.dedupe
+                        }
+                    );
+                    let to = crate::dedupe::state::now_ms() - *back_s as i64 * 1000;
+                    let (s, t) = (settings.clone(), topology.clone());
+                    let task = tokio::spawn(async move {
+                        cmd::replay::run_checked(&s, &t, &group, cmd::replay::Target::Time(to))
+                            .await
+                    });
+                    replaying = Some((stage, task));
+                }
             }
             next += 1;
-        } else if load.is_finished() && next >= plan.len() {
+        } else if load.is_finished() && next >= plan.len() && replaying.is_none() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
