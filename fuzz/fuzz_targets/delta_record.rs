@@ -20,6 +20,9 @@ fuzz_target!(|data: &[u8]| {
                 delta,
                 event_time_ms,
             }) => windows.observe(0, offset, at, Some((&item, delta, event_time_ms))),
+            Ok(likes::count::Input::Correction { item, delta, .. }) => {
+                windows.observe(0, offset, at, Some((&item, delta, at)))
+            }
             Ok(likes::count::Input::Tick) => windows.observe(0, offset, at, None),
             Err(_) => {}
         }
