@@ -42,6 +42,11 @@ pub enum Error {
     #[error("cql schema: {0}")]
     Schema(String),
 
+    /// A CQL failure that a retry may not meet: a prepare while a node restarts, a
+    /// compare-and-set that kept losing.
+    #[error("cql: {0}")]
+    CqlTransient(String),
+
     #[error("local state: {0}")]
     State(String),
 
@@ -103,7 +108,10 @@ impl Error {
                     )
                 })
                 .unwrap_or(false),
-            Error::CqlConnect(_) | Error::CqlExecution(_) | Error::Timeout(..) => true,
+            Error::CqlConnect(_)
+            | Error::CqlExecution(_)
+            | Error::CqlTransient(_)
+            | Error::Timeout(..) => true,
             _ => false,
         }
     }

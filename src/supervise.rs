@@ -21,7 +21,7 @@ pub fn is_fatal(e: &Error) -> bool {
     match e {
         Error::Kafka(K::ClientConfig(..) | K::ClientCreation(_) | K::Subscription(_)) => true,
         Error::Kafka(_) | Error::Timeout(..) => false,
-        Error::CqlConnect(_) | Error::CqlExecution(_) => false,
+        Error::CqlConnect(_) | Error::CqlExecution(_) | Error::CqlTransient(_) => false,
         _ => true,
     }
 }

@@ -117,8 +117,8 @@ impl Count {
         // take longer) covers more windows of an item in each of its writes.
         let deadline = std::time::Instant::now() + self.settings.count.flush_interval;
         let mut wait = Duration::from_millis(100);
-        let mut read = 0;
-        for _ in 0..self.settings.count.max_batch {
+        let mut idle = false;
+        for read in 0..self.settings.count.max_batch {
             let polled = tokio::task::block_in_place(|| {
                 self.consumer.poll(wait).map(|r| r.map(|m| m.detach()))
             });
@@ -129,9 +129,11 @@ impl Count {
                     kafka::consumer_error(e)?;
                     break;
                 }
-                None => break,
+                None => {
+                    idle = read == 0;
+                    break;
+                }
             }
-            read += 1;
             wait = Duration::ZERO;
             if std::time::Instant::now() > deadline {
                 break;
@@ -145,7 +147,7 @@ impl Count {
             fail::fail_point!("count-after-sink-before-commit");
         }
         self.commit()?;
-        if read == 0 || wrote {
+        if idle || wrote {
             // Caught up, or windows written and committed: progress.
             self.health.beat();
         }

@@ -115,14 +115,14 @@ impl Sink {
                  VALUES (?, ?, ?, ?, ?) IF NOT EXISTS"
             ))
             .await
-            .map_err(|e| Error::Schema(format!("prepare like_counts insert: {e}")))?;
+            .map_err(|e| Error::CqlTransient(format!("prepare like_counts insert: {e}")))?;
         let update = session
             .prepare(format!(
                 "UPDATE {keyspace}.like_counts SET count = ?, last_window = ?, as_of = ? \
                  WHERE shard = ? AND item_id = ? IF count = ? AND last_window = ?"
             ))
             .await
-            .map_err(|e| Error::Schema(format!("prepare like_counts update: {e}")))?;
+            .map_err(|e| Error::CqlTransient(format!("prepare like_counts update: {e}")))?;
         Ok(Self {
             session,
             insert,
@@ -287,7 +287,7 @@ impl Sink {
                 }
             }
         }
-        Err(Error::Schema(format!(
+        Err(Error::CqlTransient(format!(
             "like_counts shard {shard}: conditional batch kept failing"
         )))
     }

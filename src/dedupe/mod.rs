@@ -197,6 +197,10 @@ impl Dedupe {
         let mut pending_msgs = Vec::new();
         let mut phase = Phases::start();
         let mut next = self.consumer.poll(wait);
+        if next.is_none() {
+            // Nothing waiting: caught up (or the broker away, which a restart cannot fix).
+            self.health.beat();
+        }
         while let Some(polled) = next {
             match polled {
                 Ok(m) => pending_msgs.push(m.detach()),
@@ -209,10 +213,6 @@ impl Dedupe {
                 break;
             }
             next = self.consumer.poll(Duration::ZERO);
-        }
-        if pending_msgs.is_empty() {
-            // Nothing waiting: caught up (or the broker away, which a restart cannot fix).
-            self.health.beat();
         }
         phase.lap("poll");
         self.handle_rebalance()?;
@@ -245,6 +245,9 @@ impl Dedupe {
             .collect();
         match self.commit(&batch, &marks, tick_due) {
             Ok(()) => {}
+            // Stopping (possibly with a commit's outcome unknown): leave it to the next start's
+            // recovery; an abort now would only conflict with the commit still under way.
+            Err(e) if self.stop.load(Ordering::Relaxed) => return Err(e),
             Err(e) if e.is_retryable() || is_abortable(&e) => {
                 warn!(error = %e, "transaction failed; aborting and re-reading the batch");
                 self.abort()?;
@@ -315,6 +318,7 @@ impl Dedupe {
             &self.changelog_topic,
             &self.store,
             &parts,
+            &self.health,
         )? {
             info!(partition = p, recovery = ?r, emitted_up_to = mark.emitted, "partition ready");
             self.marks.insert(p, mark);
@@ -582,10 +586,24 @@ impl Dedupe {
         loop {
             match self.producer.abort_transaction(timeout) {
                 Ok(()) => return Ok(()),
+                // Another transactional call is still the current one: no abort can finish;
+                // a new incarnation's producer fences it instead.
                 Err(KafkaError::Transaction(e))
-                    if e.is_retriable() && !e.is_fatal() && started.elapsed() < limit =>
+                    if matches!(
+                        e.code(),
+                        RDKafkaErrorCode::Conflict | RDKafkaErrorCode::PreviousInProgress
+                    ) =>
+                {
+                    return Err(KafkaError::Transaction(e).into())
+                }
+                Err(KafkaError::Transaction(e))
+                    if e.is_retriable()
+                        && !e.is_fatal()
+                        && started.elapsed() < limit
+                        && !self.stop.load(Ordering::Relaxed) =>
                 {
                     warn!(error = %e, "the abort is still under way; resuming it");
+                    std::thread::sleep(Duration::from_millis(100));
                 }
                 Err(e) => return Err(e.into()),
             }

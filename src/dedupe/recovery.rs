@@ -88,6 +88,8 @@ pub fn recover_partition(
         changelog_topic,
         store,
         &[(partition, committed.clone())],
+        // Nobody watches a single partition's restore.
+        &crate::supervise::Health::new("dedupe", Duration::MAX),
     )?;
     let (_, r, mark) = v.pop().expect("one partition in, one out");
     Ok((r, mark))
@@ -101,6 +103,7 @@ pub fn recover_partitions(
     changelog_topic: &str,
     store: &EdgeStore,
     partitions: &[(i32, Committed)],
+    health: &crate::supervise::Health,
 ) -> Result<Vec<(i32, Recovery, PartitionMark)>> {
     let mut out = Vec::new();
     let mut rebuild = Vec::new();
@@ -123,7 +126,7 @@ pub fn recover_partitions(
     }
     let started = Instant::now();
     let wants: Vec<(i32, Option<i64>)> = rebuild.iter().map(|(p, c, _)| (*p, c.emitted)).collect();
-    let read = restore_from_changelog(settings, changelog_topic, store, &wants)?;
+    let read = restore_from_changelog(settings, changelog_topic, store, &wants, health)?;
     for (p, committed, local) in rebuild {
         let (restored, marker) = read.get(&p).copied().unwrap_or((0, None));
         let mark = PartitionMark {
@@ -158,6 +161,7 @@ fn restore_from_changelog(
     topic: &str,
     store: &EdgeStore,
     wants: &[(i32, Option<i64>)],
+    health: &crate::supervise::Health,
 ) -> Result<HashMap<i32, (u64, Option<i64>)>> {
     let consumer: BaseConsumer<LogContext> = kafka::client_config(&settings.kafka)
         .set(
@@ -239,6 +243,8 @@ fn restore_from_changelog(
                 warn!(error = %e, "restoring the changelog: waiting for the broker");
             }
             Some(Ok(m)) => {
+                // A long restore is progress, not a stall.
+                health.beat();
                 let Some(pr) = progress.get_mut(&m.partition()) else {
                     continue;
                 };

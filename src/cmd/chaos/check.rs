@@ -53,8 +53,11 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// No drift, nothing acknowledged lost, and something to judge (a run in which no like
+    /// was acknowledged proves nothing).
     pub fn passed(&self) -> bool {
-        self.drift_items == 0
+        self.acked_likes > 0
+            && self.drift_items == 0
             && self.acked_likes_lost == 0
             && self.negative_rows == 0
             && self.deltas_vs_counts == 0

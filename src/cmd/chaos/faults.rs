@@ -273,10 +273,33 @@ pub fn kill9_dependency(stack_dir: &Path, name: &str) -> Result<()> {
     let pid = std::fs::read_to_string(&pidfile)
         .map_err(|e| Error::State(format!("{}: {e} (is the stack up?)", pidfile.display())))?;
     let pid = pid.trim().to_string();
+    // Only the JVM the stack started: after a hard stop the pid may be someone else's.
+    let main = if name == "kafka" {
+        "kafka.Kafka"
+    } else {
+        "CassandraDaemon"
+    };
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    if !String::from_utf8_lossy(&cmdline).contains(main) {
+        return Err(Error::State(format!(
+            "{name} (pid {pid} in {}) is not running; is the stack up?",
+            pidfile.display()
+        )));
+    }
     let _ = std::process::Command::new("kill")
         .args(["-9", &pid])
         .status();
-    while Path::new(&format!("/proc/{pid}")).exists() {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Path::new(&format!("/proc/{pid}/cmdline")).exists()
+        && !std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .is_empty()
+    {
+        if Instant::now() > deadline {
+            return Err(Error::State(format!(
+                "{name} (pid {pid}) outlived kill -9 by 30 s"
+            )));
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())

@@ -235,6 +235,15 @@ async fn run_one(
         tokio::spawn(async move { loadgen::drive(target, &mut mix, &phases, live).await })
     };
 
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        tokio::spawn(async move {
+            cmd::stages::shutdown_signal().await;
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+    let stopped = || interrupted.load(std::sync::atomic::Ordering::Relaxed);
     let mut next = 0;
     let mut struck: Vec<Planned> = Vec::new();
     let mut max_drift = 0;
@@ -292,8 +301,13 @@ async fn run_one(
             match f {
                 Fault::Kill { process } => fleet.kill9(process),
                 Fault::WipeDedupeState => {
+                    // The first instance's disk only; dedupe-2 keeps its own.
                     fleet.kill9("dedupe");
-                    let _ = std::fs::remove_dir_all(dir.join("dedupe-state"));
+                    let group =
+                        format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe);
+                    let _ = std::fs::remove_dir_all(
+                        dir.join("dedupe-state").join(group).join("chaos-0"),
+                    );
                 }
                 Fault::Broker { down_s } => {
                     faults::kill9_dependency(&stack_dir, "kafka")?;
@@ -329,7 +343,9 @@ async fn run_one(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let _ = load.await;
+    if let Err(e) = load.await {
+        return Err(Error::State(format!("the load generator failed: {e}")));
+    }
     let summary = loadgen::Summary::of(&live, started.elapsed());
     say(&format!(
         "chaos: load done: {} sent, {} ok, {} failed; draining",
@@ -338,7 +354,7 @@ async fn run_one(
 
     let load_end = Instant::now();
     let mut drained_after_s = None;
-    while load_end.elapsed() < DRAIN {
+    while load_end.elapsed() < DRAIN && !stopped() {
         fleet.tick()?;
         match check::drift(&session, &namespace).await {
             Ok((_, 0)) => {
