@@ -12,7 +12,10 @@ fuzz_target!(|data: &[u8]| {
         if let Some((bucket, after)) = likes::api::read::decode_cursor(s, 16) {
             assert!((0..16).contains(&bucket));
             assert_eq!(
-                likes::api::read::decode_cursor(&likes::api::read::encode_cursor(bucket, &after), 16),
+                likes::api::read::decode_cursor(
+                    &likes::api::read::encode_cursor(bucket, &after),
+                    16
+                ),
                 Some((bucket, after))
             );
         }

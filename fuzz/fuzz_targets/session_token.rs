@@ -11,7 +11,10 @@ fuzz_target!(|data: &[u8]| {
         // A user id made of the input, signed, verifies as that user.
         if likes::api::valid_id(token) {
             let t = signer.sign(token, 1_700_000_100);
-            assert_eq!(signer.verify(&t, 1_700_000_000).ok().as_deref(), Some(token));
+            assert_eq!(
+                signer.verify(&t, 1_700_000_000).ok().as_deref(),
+                Some(token)
+            );
         }
     }
 });
