@@ -10,13 +10,18 @@ BUF_VERSION := 1.75.0
 BUF := $(LIKES_CACHE)/buf/node_modules/.bin/buf
 CARGO ?= cargo
 LIKES := $(CARGO_TARGET_DIR)/debug/likes
+# The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
+TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: help up down stack-reset stack-status build migrate topics topology demo chaos chaos-ci fuzz test lint fmt buf bench bench-topology bench-api
+.PHONY: help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-ci fuzz test lint fmt buf bench bench-topology bench-api
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-up: ## Start Kafka and Cassandra on 127.0.0.1 (fetches jars once; idempotent)
+prereqs: ## Check what this machine lacks; as root install it (Debian), else print the apt-get line
+	@stack/prereqs.sh
+
+up: prereqs ## Start Kafka and Cassandra on 127.0.0.1 (fetches jars once; idempotent)
 	@stack/stack.sh up
 
 down: ## Stop exactly the Kafka and Cassandra processes `make up` started
@@ -28,8 +33,8 @@ stack-reset: ## Stop the stack and wipe its data
 stack-status: ## Show what runs and where the logs are
 	@stack/stack.sh status
 
-build: ## Build the `likes` binary (debug)
-	$(CARGO) build --bin likes
+build: prereqs ## Build the `likes` binary and the `likes-tools` binary (debug)
+	$(CARGO) build --workspace --bins
 
 migrate: build ## Create the CQL keyspace and tables
 	$(LIKES) migrate
@@ -41,19 +46,26 @@ topology: up build ## Run dedupe + count in one process against the local stack 
 	$(LIKES) migrate && $(LIKES) topics && LIKES__METRICS__LISTEN=127.0.0.1:9464 $(LIKES) topology
 
 bench: up ## Every benchmark + a sweep of offered load -> bench/report.md with PNG plots (~25 min)
-	$(CARGO) build --release --bin likes
-	$(CARGO_TARGET_DIR)/release/likes bench report
+	$(CARGO) build --release --workspace --bins
+	$(CARGO_TARGET_DIR)/release/likes-tools bench report
 
 bench-api: up ## Benchmark the API over loopback (BENCH_RATE=1000 writes/s by default)
-	$(CARGO) build --release --bin likes
-	$(CARGO_TARGET_DIR)/release/likes bench api --rate $${BENCH_RATE:-1000}
+	$(CARGO) build --release --workspace --bins
+	$(CARGO_TARGET_DIR)/release/likes-tools bench api --rate $${BENCH_RATE:-1000}
 
 bench-topology: up ## Benchmark the topology (release build; BENCH_EVENTS=1000000 by default)
-	$(CARGO) build --release --bin likes
-	$(CARGO_TARGET_DIR)/release/likes bench topology --events $${BENCH_EVENTS:-1000000}
+	$(CARGO) build --release --workspace --bins
+	$(CARGO_TARGET_DIR)/release/likes-tools bench topology --events $${BENCH_EVENTS:-1000000}
 
-demo: up build ## The main job: api + relay + both stages under load, a viral burst, kill -9 of count, the verdict
-	$(LIKES) demo
+# A failed demo stops the stack if it was this demo that started it (and says so); a stack
+# that was up before stays up.
+demo: build ## The main job: api + relay + both stages under load, a viral burst, kill -9 of count, the verdict
+	@if stack/stack.sh running; then was_up=yes; else was_up=no; fi; \
+	stack/stack.sh up && $(TOOLS) demo; status=$$?; \
+	if [ $$status -ne 0 ]; then \
+	  if [ $$was_up = no ]; then echo "demo: failed; stopping the stack it started (logs stay under ~/.cache/likes/stack/logs)"; stack/stack.sh down; \
+	  else echo "demo: failed; the stack was up before and stays up (make down stops it)"; fi; \
+	fi; exit $$status
 
 # `make chaos RUNS=100 SEED=1`: seeds SEED..SEED+RUNS-1, SECONDS of load at RATE req/s each.
 RUNS ?= 1
@@ -61,11 +73,11 @@ SEED ?= 1
 SECONDS_PER_RUN ?= 150
 RATE ?= 150
 chaos: up build ## Fault runs: kill -9 of every process, the broker and Cassandra under load; exact counts or a non-zero exit
-	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(LIKES) chaos --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \
+	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \
 	  --report $(LIKES_CACHE)/chaos-report.json
 
 chaos-ci: up build ## The short chaos runs CI does: 2 seeds of 60 s, each with a broker and a Cassandra kill
-	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(LIKES) chaos --seed $${CHAOS_SEED:-1} --runs 2 --seconds 60 --rate 100 --extra-faults 3 \
+	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $${CHAOS_SEED:-1} --runs 2 --seconds 60 --rate 100 --extra-faults 3 \
 	  --report $(LIKES_CACHE)/chaos-report.json
 
 FUZZ_SECONDS ?= 60
@@ -80,7 +92,7 @@ fuzz: ## Run each fuzz target (decoders of outside bytes) for FUZZ_SECONDS (nigh
 	done
 
 test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts the stack)
-	$(CARGO) test --all-targets --features failpoints --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
+	$(CARGO) test --workspace --all-targets --features likes/failpoints --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
 	  status=$${PIPESTATUS[0]}; \
 	  awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(LIKES_CACHE)/last-test.log \
 	    | tee $(LIKES_CACHE)/test-summary; \
@@ -88,7 +100,7 @@ test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; star
 
 lint: buf ## rustfmt, clippy -D warnings, buf lint
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets --features failpoints -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features likes/failpoints -- -D warnings
 	cd schemas && $(BUF) lint
 
 fmt: ## Format the code

@@ -87,7 +87,7 @@ pub fn record_lag(stage: &'static str, stats: &rdkafka::Statistics) {
         .filter(|p| p.partition >= 0 && p.consumer_lag >= 0)
         .map(|p| p.consumer_lag)
         .sum();
-    metrics::gauge!(crate::metrics::CONSUMER_LAG, "stage" => stage).set(lag as f64);
+    metrics::gauge!(crate::runtime::metrics::CONSUMER_LAG, "stage" => stage).set(lag as f64);
 }
 
 /// One rebalance event: partitions assigned or revoked.
@@ -170,7 +170,8 @@ impl ClientContext for StageContext {
             L::Emerg | L::Alert | L::Critical | L::Error | L::Warning
         );
         if fac == "OFFSET" && message.contains("offset reset") && serious {
-            metrics::counter!(crate::metrics::OFFSET_RESETS, "stage" => self.stage).increment(1);
+            metrics::counter!(crate::runtime::metrics::OFFSET_RESETS, "stage" => self.stage)
+                .increment(1);
             self.offset_resets
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::error!(stage = self.stage, detail = message,

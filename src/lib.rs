@@ -25,10 +25,8 @@ pub mod dedupe;
 pub mod error;
 pub mod hash;
 pub mod kafka;
-pub mod metrics;
+pub mod runtime;
 pub mod schema;
-pub mod supervise;
-pub mod telemetry;
 pub mod topology;
 
 pub use error::{Error, Result};

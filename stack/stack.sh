@@ -264,11 +264,17 @@ status() {
   say "logs: $STATE/logs/kafka/server.log, $STATE/logs/cassandra/system.log"
 }
 
+# Exit 0 when both services run (for callers that stop only what they started).
+running() {
+  pid_alive "$STATE/kafka.pid" && pid_alive "$STATE/cassandra.pid"
+}
+
 case "${1:-}" in
   up) up ;;
+  running) running ;;
   down) down ;;
   reset) reset ;;
   status) status ;;
   fetch) need_tools; fetch ;;
-  *) echo "usage: $0 up|down|reset|status|fetch" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|reset|status|running|fetch" >&2; exit 2 ;;
 esac

@@ -19,8 +19,8 @@ use rdkafka::{Message as _, Offset, TopicPartitionList};
 use common::topology as fx;
 use likes::cmd::replay::{self, Target};
 use likes::config::Settings;
-use likes::dedupe::state::now_ms;
 use likes::kafka;
+use likes::runtime::clock::now_ms;
 use likes::topology::Topology;
 
 /// The truth of two scripts together (over other items, or other users of the same items).

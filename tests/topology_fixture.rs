@@ -35,7 +35,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         records.len() / 2,
         ("item-0#1".into(), vec![0xff, 0xff, 0xff]),
     );
-    let before_events = likes::dedupe::state::now_ms() - 1000;
+    let before_events = likes::runtime::clock::now_ms() - 1000;
     fx::produce(&settings, &topology, &records).await;
 
     let mut run = fx::start(&settings, &topology);
@@ -75,7 +75,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     // Everything on the deltas log before this moment has been applied: the --to-time
     // replay below starts here.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let before_corrections = likes::dedupe::state::now_ms();
+    let before_corrections = likes::runtime::clock::now_ms();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let producer: rdkafka::producer::FutureProducer =
         kafka::producer_config(&settings.kafka).create().unwrap();
@@ -88,7 +88,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
                 delta,
                 correction_id: format!("test-{item}"),
                 reason: "fixture".into(),
-                snapshot_time_ms: likes::dedupe::state::now_ms(),
+                snapshot_time_ms: likes::runtime::clock::now_ms(),
             })),
         }
         .encode_to_vec();
@@ -163,7 +163,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
             "--group",
             &groups[1],
             "--to-time",
-            &(likes::dedupe::state::now_ms() + 3_600_000).to_string(),
+            &(likes::runtime::clock::now_ms() + 3_600_000).to_string(),
         ],
         &env,
     );

@@ -13,7 +13,7 @@ use scylla::value::CqlTimestamp;
 use super::error::ApiError;
 use super::write::{write_as, WriteAnswer};
 use super::{check_id, App};
-use crate::dedupe::state::now_ms;
+use crate::runtime::clock::now_ms;
 use crate::schema::v1::Source;
 
 #[derive(Debug, serde::Deserialize)]

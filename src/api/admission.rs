@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::Semaphore;
 
 use super::error::ApiError;
-use crate::metrics as m;
+use crate::runtime::metrics as m;
 
 pub struct Admission {
     in_flight: Arc<Semaphore>,

@@ -117,7 +117,7 @@ pub fn router(app: Arc<App>) -> Router {
 /// line each) instead of exiting into a crash loop; what no wait can fix (configuration,
 /// schema, topology) ends the process.
 async fn connect_patiently(settings: &Settings, topology: &Topology) -> Result<Arc<App>> {
-    let mut backoff = crate::supervise::Backoff::default();
+    let mut backoff = crate::runtime::supervise::Backoff::default();
     loop {
         match App::connect(settings, topology).await {
             Ok(app) => return Ok(app),
@@ -148,7 +148,7 @@ pub async fn serve(settings: &Settings, topology: &Topology) -> Result<()> {
         .map_err(|e| Error::Config(format!("api.listen {}: {e}", settings.api.listen)))?;
     info!(listen = %settings.api.listen, "api serving");
     let served = axum::serve(listener, router(app))
-        .with_graceful_shutdown(crate::cmd::stages::shutdown_signal())
+        .with_graceful_shutdown(crate::runtime::shutdown::signal())
         .await
         .map_err(|e| Error::State(format!("api: {e}")));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -161,7 +161,7 @@ pub async fn relay_alone(settings: &Settings, topology: &Topology) -> Result<()>
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();
     tokio::spawn(async move {
-        crate::cmd::stages::shutdown_signal().await;
+        crate::runtime::shutdown::signal().await;
         flag.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     relay::run(
@@ -219,7 +219,7 @@ impl FromRequestParts<Arc<App>> for Actor {
             .ok_or_else(|| {
                 ApiError::Unauthenticated("Authorization must be Bearer <session token>".into())
             })?;
-        let now_s = crate::dedupe::state::now_ms() / 1000;
+        let now_s = crate::runtime::clock::now_ms() / 1000;
         app.signer
             .verify(token.trim(), now_s)
             .map(Actor)

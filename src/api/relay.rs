@@ -25,9 +25,9 @@ use tracing::{info, warn};
 
 use super::write::{outbox_minute, publish, read_edge, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
 use super::App;
-use crate::dedupe::state::now_ms;
 use crate::error::Result;
 use crate::hash;
+use crate::runtime::clock::now_ms;
 use crate::schema::v1::Source;
 
 /// What one pass did.

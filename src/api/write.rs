@@ -30,9 +30,9 @@ use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
 use super::{check_id, Actor, App};
-use crate::dedupe::state::now_ms;
 use crate::error::{Error, Result};
 use crate::hash;
+use crate::runtime::clock::now_ms;
 use crate::schema::v1::{EdgeState, LikeEvent, Source};
 
 /// Edges read per query while walking who-liked (unliked rows are skipped client-side).

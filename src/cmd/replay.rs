@@ -16,9 +16,9 @@ use tracing::info;
 
 use crate::config::Settings;
 use crate::dedupe::recovery::{offset_metadata, Committed};
-use crate::dedupe::state::now_ms;
 use crate::error::{Error, Result};
 use crate::kafka;
+use crate::runtime::clock::now_ms;
 use crate::topology::Topology;
 
 /// Where to reset to.

@@ -2,7 +2,7 @@
 //! development; production runs them as separate processes that scale by partitions).
 //!
 //! Each runs until SIGINT or SIGTERM, then finishes its current batch and exits 0. A Kafka or
-//! Cassandra error starts the stage over inside the process (see [`crate::supervise`]); a
+//! Cassandra error starts the stage over inside the process (see [`crate::runtime::supervise`]); a
 //! fatal error (configuration, topology, local state) exits non-zero with the reason in one
 //! line. The stages recover on restart (that is their design), so the right supervisor
 //! action is always "restart"; `/healthz` answers 503 when a stage is stuck, to ask for one.
@@ -14,31 +14,10 @@ use tracing::info;
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
-use crate::supervise::Health;
+use crate::runtime::supervise::Health;
+use crate::runtime::{metrics, shutdown};
 use crate::topology::Topology;
-use crate::{count, dedupe, metrics};
-
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("install SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    info!("signal received: finishing what is in flight");
-}
-
-/// Sets the returned flag on SIGINT or SIGTERM.
-fn stop_on_signal() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        flag.store(true, Ordering::Relaxed);
-    });
-    stop
-}
+use crate::{count, dedupe};
 
 /// `likes api`: serves HTTP (and /metrics when `metrics.listen` is set) until a signal.
 pub async fn run_api(settings: &Settings, topology: &Topology) -> Result<()> {
@@ -81,7 +60,7 @@ async fn spawn_dedupe(
 pub async fn run_dedupe(settings: &Settings, topology: &Topology) -> Result<()> {
     let h = health(settings, "dedupe");
     start_metrics(settings, vec![h.clone()]).await?;
-    let stats = spawn_dedupe(settings, topology, stop_on_signal(), h).await?;
+    let stats = spawn_dedupe(settings, topology, shutdown::flag_on_signal(), h).await?;
     info!(?stats, "dedupe stopped");
     Ok(())
 }
@@ -90,7 +69,7 @@ pub async fn run_dedupe(settings: &Settings, topology: &Topology) -> Result<()> 
 pub async fn run_count(settings: &Settings, topology: &Topology) -> Result<()> {
     let h = health(settings, "count");
     start_metrics(settings, vec![h.clone()]).await?;
-    let stats = count::run(settings, topology, stop_on_signal(), h).await?;
+    let stats = count::run(settings, topology, shutdown::flag_on_signal(), h).await?;
     info!(?stats, "count stopped");
     Ok(())
 }
@@ -99,7 +78,7 @@ pub async fn run_count(settings: &Settings, topology: &Topology) -> Result<()> {
 pub async fn run_topology(settings: &Settings, topology: &Topology) -> Result<()> {
     let (hd, hc) = (health(settings, "dedupe"), health(settings, "count"));
     start_metrics(settings, vec![hd.clone(), hc.clone()]).await?;
-    let stop = stop_on_signal();
+    let stop = shutdown::flag_on_signal();
     let dedupe = spawn_dedupe(settings, topology, stop.clone(), hd);
     let count = count::run(settings, topology, stop.clone(), hc);
     tokio::pin!(dedupe, count);

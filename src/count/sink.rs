@@ -27,7 +27,7 @@ use tracing::warn;
 
 use super::window::ClosedWindow;
 use crate::error::{Error, Result};
-use crate::metrics as m;
+use crate::runtime::metrics as m;
 use crate::topology::Topology;
 
 /// What the sink did, cumulatively.
@@ -261,7 +261,7 @@ impl Sink {
             }
             match outcome {
                 None => {
-                    let now = crate::dedupe::state::now_ms();
+                    let now = crate::runtime::clock::now_ms();
                     for p in planned {
                         let job = &mut jobs[p.job];
                         let s = &mut out.stats;

@@ -68,7 +68,7 @@ async fn put(session: &Session, ks: &str, name: &str, value: i64) -> Result<()> 
 }
 
 async fn put_since(session: &Session, ks: &str, window_ms: i64) -> Result<()> {
-    let name = format!("{WINDOW_SINCE}{}", crate::dedupe::state::now_ms());
+    let name = format!("{WINDOW_SINCE}{}", crate::runtime::clock::now_ms());
     put(session, ks, &name, window_ms).await
 }
 
@@ -252,7 +252,7 @@ async fn convert_fence(session: &Session, ks: &str, window_ms: i64) -> Result<u6
     // Only values that are plausible indices: an index times the window is a time not far
     // past now, an end time (already converted, by an earlier run cut short) times the window
     // is centuries away. So a re-run converts nothing twice.
-    let horizon = crate::dedupe::state::now_ms() + 86_400_000;
+    let horizon = crate::runtime::clock::now_ms() + 86_400_000;
     while let Some((shard, item, last)) = rows
         .try_next()
         .await

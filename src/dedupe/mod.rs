@@ -31,13 +31,14 @@ use tracing::{info, warn};
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::kafka::{self, Assignments, LogContext, StageContext};
-use crate::metrics as m;
+use crate::runtime::clock::now_ms;
+use crate::runtime::metrics as m;
+use crate::runtime::supervise::{sleep_unless_stopped, Backoff, Health};
 use crate::schema::v1::{delta_record, Delta, DeltaRecord, Tick};
-use crate::supervise::{sleep_unless_stopped, Backoff, Health};
 use crate::topology::Topology;
 use recovery::{offset_metadata, Committed};
 use rule::{EdgeVersion, Verdict};
-use state::{edge_key, now_ms, EdgeStore, PartitionMark, EMITTED_KEY};
+use state::{edge_key, EdgeStore, PartitionMark, EMITTED_KEY};
 
 /// Counters of one stage-1 process, read by tests and exported as metrics.
 #[derive(Debug, Default, Clone)]

@@ -89,7 +89,7 @@ pub fn recover_partition(
         store,
         &[(partition, committed.clone())],
         // Nobody watches a single partition's restore.
-        &crate::supervise::Health::new("dedupe", Duration::MAX),
+        &crate::runtime::supervise::Health::new("dedupe", Duration::MAX),
     )?;
     let (_, r, mark) = v.pop().expect("one partition in, one out");
     Ok((r, mark))
@@ -103,7 +103,7 @@ pub fn recover_partitions(
     changelog_topic: &str,
     store: &EdgeStore,
     partitions: &[(i32, Committed)],
-    health: &crate::supervise::Health,
+    health: &crate::runtime::supervise::Health,
 ) -> Result<Vec<(i32, Recovery, PartitionMark)>> {
     let mut out = Vec::new();
     let mut rebuild = Vec::new();
@@ -161,7 +161,7 @@ fn restore_from_changelog(
     topic: &str,
     store: &EdgeStore,
     wants: &[(i32, Option<i64>)],
-    health: &crate::supervise::Health,
+    health: &crate::runtime::supervise::Health,
 ) -> Result<HashMap<i32, (u64, Option<i64>)>> {
     let consumer: BaseConsumer<LogContext> = kafka::client_config(&settings.kafka)
         .set(

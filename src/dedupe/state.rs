@@ -13,7 +13,6 @@
 //! `horizon` after their event time: filtered on read, removed by a compaction filter.
 
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rocksdb::compaction_filter::Decision;
 use rocksdb::{BlockBasedOptions, Cache, Options, WriteBatch, WriteOptions, DB};
@@ -24,14 +23,7 @@ use super::rule::{expired, EdgeVersion};
 /// no turn's clock (read once, at its start) still sees a removed edge as live.
 pub const COMPACTION_GRACE_MS: i64 = 3_600_000;
 use crate::error::{Error, Result};
-
-/// Wall clock, Unix ms: the clock TTLs are measured on.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+use crate::runtime::clock::now_ms;
 
 /// The key of an edge in RocksDB and on the changelog topic.
 pub fn edge_key(item_id: &str, user_id: &str) -> Vec<u8> {

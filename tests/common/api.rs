@@ -29,7 +29,7 @@ pub struct Client {
 impl Client {
     pub fn token(&self, user: &str) -> String {
         self.signer
-            .sign(user, likes::dedupe::state::now_ms() / 1000 + 600)
+            .sign(user, likes::runtime::clock::now_ms() / 1000 + 600)
     }
 
     pub async fn like(&self, user: &str, item: &str, key: &str) -> (StatusCode, Value) {

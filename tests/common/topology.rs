@@ -29,7 +29,7 @@ pub struct Script {
 /// and some superseded flips are never published (as when the relay publishes only an
 /// edge's current state). The last flip of every edge is always published.
 pub fn script(seed: u64, items: usize, users: usize, max_flips: u64) -> Script {
-    let base_ms = likes::dedupe::state::now_ms() - 60_000;
+    let base_ms = likes::runtime::clock::now_ms() - 60_000;
     script_with(seed, items, users, max_flips, "item", base_ms)
 }
 
@@ -199,7 +199,8 @@ pub struct Running {
 pub fn start(settings: &Settings, topology: &Topology) -> Running {
     let stop = Arc::new(AtomicBool::new(false));
     let (s, t, st) = (settings.clone(), topology.clone(), stop.clone());
-    let health = |stage| likes::supervise::Health::new(stage, settings.metrics.stall_after);
+    let health =
+        |stage| likes::runtime::supervise::Health::new(stage, settings.metrics.stall_after);
     let h = health("dedupe");
     let dedupe = tokio::task::spawn_blocking(move || dedupe::run(&s, &t, st, h));
     let (s, t, st) = (settings.clone(), topology.clone(), stop.clone());
@@ -264,6 +265,6 @@ pub fn settings(base: &str) -> Settings {
 pub async fn teardown(settings: &Settings, topology: &Topology) {
     let session = cql::connect(&settings.cql).await.unwrap();
     // Cleanup only: a slow schema change must not fail a test that passed.
-    let _ = likes::cmd::bench::drop_namespace(&session, settings, topology).await;
+    let _ = likes::cmd::namespace::drop(&session, settings, topology).await;
     let _ = std::fs::remove_dir_all(&settings.dedupe.state_dir);
 }

@@ -1,4 +1,4 @@
-//! `likes chaos` (`make chaos`): the whole system under load while faults drawn from a seed
+//! `likes-tools chaos` (`make chaos`): the whole system under load while faults drawn from a seed
 //! strike it, then a verdict from a full scan.
 //!
 //! Each run starts `likes api` (with the relay), `likes dedupe` and `likes count` as processes
@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::demo::wait_ready;
-use super::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
-use crate::config::Settings;
-use crate::error::{Error, Result};
-use crate::topology::Topology;
-use crate::{cmd, cql};
+use crate::demo::wait_ready;
+use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
+use anyhow::{anyhow, Result};
 use faults::{Fault, Fleet, Planned};
+use likes::config::Settings;
+use likes::topology::Topology;
+use likes::{cmd, cql};
 
 /// How long the pipeline may take to drain after the load (the relay leaves entries younger
 /// than `api.relay_min_age`, a stage may be in its backoff).
@@ -111,10 +111,10 @@ pub async fn run(base: &Settings, topology: &Topology, args: &ChaosArgs) -> Resu
             r.drained_after_s.map_or("never".into(), |s| format!("after {s:.0} s")),
         ));
         reports.push(r);
-        let json = serde_json::to_string_pretty(&reports)
-            .map_err(|e| Error::State(format!("report: {e}")))?;
+        let json =
+            serde_json::to_string_pretty(&reports).map_err(|e| anyhow!(format!("report: {e}")))?;
         std::fs::write(&args.report, json)
-            .map_err(|e| Error::State(format!("{}: {e}", args.report.display())))?;
+            .map_err(|e| anyhow!(format!("{}: {e}", args.report.display())))?;
     }
     let failed: Vec<u64> = reports
         .iter()
@@ -129,7 +129,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &ChaosArgs) -> Resu
     ));
     if !failed.is_empty() {
         say(&format!(
-            "chaos: failing seeds (each replays its fault schedule: likes chaos --seed S): {failed:?}"
+            "chaos: failing seeds (each replays its fault schedule: likes-tools chaos --seed S): {failed:?}"
         ));
     }
     Ok(failed.is_empty())
@@ -141,7 +141,7 @@ async fn run_one(
     args: &ChaosArgs,
     seed: u64,
 ) -> Result<RunReport> {
-    let stamp = crate::dedupe::state::now_ms() / 1000 % 1_000_000;
+    let stamp = likes::runtime::clock::now_ms() / 1000 % 1_000_000;
     let namespace = format!("chaos_{seed}_{stamp}");
     let mut settings = base.clone();
     settings.cql.keyspace = namespace.clone();
@@ -149,9 +149,9 @@ async fn run_one(
     if settings.api.session_key.is_empty() {
         settings.api.session_key = format!("chaos-{:032x}", rand::random::<u128>());
     }
-    let stack_dir = cmd::stack_dir().ok_or_else(|| Error::Config("no stack dir".into()))?;
+    let stack_dir = crate::stack_dir().ok_or_else(|| anyhow!("no stack dir"))?;
     let dir = stack_dir.join("chaos").join(&namespace);
-    std::fs::create_dir_all(&dir).map_err(|e| Error::State(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir).map_err(|e| anyhow!(format!("{}: {e}", dir.display())))?;
 
     let session = cql::connect(&settings.cql).await?;
     cmd::migrate::run(&session, &settings.cql).await?;
@@ -160,7 +160,7 @@ async fn run_one(
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
-        .map_err(|e| Error::Config(format!("a free port: {e}")))?
+        .map_err(|e| anyhow!(format!("a free port: {e}")))?
         .port();
     settings.api.listen = format!("127.0.0.1:{port}");
     let env: Vec<(String, String)> = [
@@ -239,7 +239,7 @@ async fn run_one(
     {
         let flag = interrupted.clone();
         tokio::spawn(async move {
-            cmd::stages::shutdown_signal().await;
+            likes::runtime::shutdown::signal().await;
             flag.store(true, std::sync::atomic::Ordering::Relaxed);
         });
     }
@@ -252,7 +252,7 @@ async fn run_one(
     // A replay under way: the stage it holds stopped, and the reset's outcome.
     type Replaying = (
         &'static str,
-        tokio::task::JoinHandle<Result<cmd::replay::ReplayReport>>,
+        tokio::task::JoinHandle<likes::Result<cmd::replay::ReplayReport>>,
     );
     let mut replaying: Option<Replaying> = None;
     loop {
@@ -280,7 +280,7 @@ async fn run_one(
                 let script = args.stack_script.clone();
                 tokio::task::spawn_blocking(move || faults::stack_up(&script))
                     .await
-                    .map_err(|e| Error::State(format!("stack up: {e}")))??;
+                    .map_err(|e| anyhow!(format!("stack up: {e}")))??;
                 down_until = None;
                 say(&format!(
                     "  t={:>5.1}s the stack is up again",
@@ -328,7 +328,7 @@ async fn run_one(
                             &topology.groups.dedupe
                         }
                     );
-                    let to = crate::dedupe::state::now_ms() - *back_s as i64 * 1000;
+                    let to = likes::runtime::clock::now_ms() - *back_s as i64 * 1000;
                     let (s, t) = (settings.clone(), topology.clone());
                     let task = tokio::spawn(async move {
                         cmd::replay::run_checked(&s, &t, &group, cmd::replay::Target::Time(to))
@@ -344,7 +344,7 @@ async fn run_one(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     if let Err(e) = load.await {
-        return Err(Error::State(format!("the load generator failed: {e}")));
+        return Err(anyhow!(format!("the load generator failed: {e}")));
     }
     let summary = loadgen::Summary::of(&live, started.elapsed());
     say(&format!(
@@ -383,7 +383,7 @@ async fn run_one(
         .collect();
     if passed {
         // A passing run leaves nothing behind; a failing one keeps its namespace and logs.
-        let _ = cmd::bench::drop_namespace(&session, &settings, topology).await;
+        let _ = likes::cmd::namespace::drop(&session, &settings, topology).await;
         let _ = std::fs::remove_dir_all(dir.join("dedupe-state"));
     }
     Ok(RunReport {

@@ -1,4 +1,4 @@
-//! `likes bench api`: like/unlike load over loopback against `likes api` (a child process on
+//! `likes-tools bench api`: like/unlike load over loopback against `likes api` (a child process on
 //! the real stack), open loop at a fixed rate, next to three baselines run the same way,
 //! interleaved in each round, against the same Cassandra:
 //!
@@ -14,7 +14,6 @@
 //! 2-core box it says where the capacity goes.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,12 +22,13 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use super::bench::{cpu_seconds, drop_namespace, stop, StageProc};
-use crate::api::{self, auth::Signer};
-use crate::config::Settings;
-use crate::error::{Error, Result};
-use crate::topology::Topology;
-use crate::{cmd, cql};
+use crate::bench::cpu_seconds;
+use crate::procs::{self, stop, Proc};
+use anyhow::{anyhow, Result};
+use likes::api::{self, auth::Signer};
+use likes::config::Settings;
+use likes::topology::Topology;
+use likes::{cmd, cql};
 
 #[derive(Debug, Clone)]
 pub struct ApiBenchArgs {
@@ -219,7 +219,7 @@ where
 
 /// The Cassandra that `make up` started, from its pid file (as stack/stack.sh places it).
 fn cassandra_pid() -> Option<u32> {
-    let pid = std::fs::read_to_string(super::stack_dir()?.join("cassandra.pid")).ok()?;
+    let pid = std::fs::read_to_string(crate::stack_dir()?.join("cassandra.pid")).ok()?;
     pid.trim().parse().ok()
 }
 
@@ -228,7 +228,7 @@ pub async fn run(
     topology: &Topology,
     args: &ApiBenchArgs,
 ) -> Result<ApiBenchReport> {
-    let stamp = crate::dedupe::state::now_ms();
+    let stamp = likes::runtime::clock::now_ms();
     let mut settings = base.clone();
     settings.kafka.topic_prefix = format!("benchapi{stamp}.");
     settings.cql.keyspace = format!("benchapi_{stamp}");
@@ -240,10 +240,10 @@ pub async fn run(
     let session = cql::connect(&settings.cql).await?;
     cmd::migrate::run(&session, &settings.cql).await?;
     // A benchmark may run another window than the last one in this keyspace.
-    crate::cql::recorded::record(&session, &settings.cql.keyspace, topology, true).await?;
+    likes::cql::recorded::record(&session, &settings.cql.keyspace, topology, true).await?;
     cmd::topics::run(&settings, topology).await?;
     let dir = std::env::temp_dir().join(format!("likes-benchapi-{stamp}"));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::State(e.to_string()))?;
+    std::fs::create_dir_all(&dir).map_err(|e| anyhow!(e.to_string()))?;
     let mut report = ApiBenchReport {
         offered_per_s: args.rate,
         seconds: args.seconds,
@@ -258,7 +258,7 @@ pub async fn run(
                 .prepare(q)
                 .await
                 .map(Arc::new)
-                .map_err(|e| Error::Schema(format!("prepare a bench LWT: {e}")))
+                .map_err(|e| anyhow!(format!("prepare a bench LWT: {e}")))
         }
     };
     let edge_lwt = prepare(format!(
@@ -281,7 +281,7 @@ pub async fn run(
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .build()
-        .map_err(|e| Error::Config(format!("http client: {e}")))?;
+        .map_err(|e| anyhow!(format!("http client: {e}")))?;
     let url = format!("http://{}", settings.api.listen);
     wait_ready(&http, &url).await?;
     let signer = Arc::new(Signer::new(settings.api.session_key.as_bytes()));
@@ -352,43 +352,40 @@ pub async fn run(
     }
     stop(&mut child);
     report.summarize();
-    drop_namespace(&session, &settings, topology).await?;
+    likes::cmd::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&args.out).map_err(|e| Error::State(e.to_string()))?;
-    let json = serde_json::to_string_pretty(&report).map_err(|e| Error::State(e.to_string()))?;
+    std::fs::create_dir_all(&args.out).map_err(|e| anyhow!(e.to_string()))?;
+    let json = serde_json::to_string_pretty(&report).map_err(|e| anyhow!(e.to_string()))?;
     let path = args.out.join(format!("api-{stamp}.json"));
-    std::fs::write(&path, json).map_err(|e| Error::State(e.to_string()))?;
+    std::fs::write(&path, json).map_err(|e| anyhow!(e.to_string()))?;
     eprintln!("bench api: report written to {}", path.display());
     Ok(report)
 }
 
-pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<StageProc> {
-    let exe = std::env::current_exe().map_err(|e| Error::Config(e.to_string()))?;
-    let log =
-        std::fs::File::create(dir.join("api.log")).map_err(|e| Error::State(e.to_string()))?;
+/// Starts `likes api` in the bench's namespace, without the relay (the bench measures
+/// the write path alone).
+pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<Proc> {
     let a = &settings.api;
-    let child = Command::new(exe)
-        .arg("api")
-        .env("LIKES__CQL__KEYSPACE", &settings.cql.keyspace)
-        .env("LIKES__KAFKA__TOPIC_PREFIX", &settings.kafka.topic_prefix)
-        .env("LIKES__API__LISTEN", &a.listen)
-        .env("LIKES__API__SESSION_KEY", &a.session_key)
-        .env(
+    let env = procs::env([
+        ("LIKES__CQL__KEYSPACE", settings.cql.keyspace.clone()),
+        (
+            "LIKES__KAFKA__TOPIC_PREFIX",
+            settings.kafka.topic_prefix.clone(),
+        ),
+        ("LIKES__API__LISTEN", a.listen.clone()),
+        ("LIKES__API__SESSION_KEY", a.session_key.clone()),
+        (
             "LIKES__API__MAX_WRITES_IN_FLIGHT",
             a.max_writes_in_flight.to_string(),
-        )
-        .env(
+        ),
+        (
             "LIKES__API__MAX_WRITES_PER_S",
             a.max_writes_per_s.to_string(),
-        )
-        .env("LIKES__API__RELAY", "false")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| Error::State(e.to_string()))?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| Error::Config(format!("spawn api: {e}")))?;
-    Ok(StageProc { child, port: 0 })
+        ),
+        ("LIKES__API__RELAY", "false".to_string()),
+        ("RUST_LOG", "warn".to_string()),
+    ]);
+    procs::spawn("api", "api", dir, &env)
 }
 
 pub(crate) async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<()> {
@@ -400,10 +397,7 @@ pub(crate) async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<()> 
             }
         }
         if Instant::now() > deadline {
-            return Err(Error::Timeout(
-                Duration::from_secs(60),
-                "likes api ready".into(),
-            ));
+            return Err(anyhow!("likes api ready: timed out after 60 s"));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

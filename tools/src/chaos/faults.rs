@@ -8,8 +8,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::super::demo::{spawn, Proc};
-use crate::error::{Error, Result};
+use crate::procs::{spawn, Proc};
+use anyhow::{anyhow, Result};
 
 /// One fault.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -271,7 +271,7 @@ fn schedule_restart(s: &mut Supervised, now: Instant) {
 pub fn kill9_dependency(stack_dir: &Path, name: &str) -> Result<()> {
     let pidfile = stack_dir.join(format!("{name}.pid"));
     let pid = std::fs::read_to_string(&pidfile)
-        .map_err(|e| Error::State(format!("{}: {e} (is the stack up?)", pidfile.display())))?;
+        .map_err(|e| anyhow!(format!("{}: {e} (is the stack up?)", pidfile.display())))?;
     let pid = pid.trim().to_string();
     // Only the JVM the stack started: after a hard stop the pid may be someone else's.
     let main = if name == "kafka" {
@@ -281,7 +281,7 @@ pub fn kill9_dependency(stack_dir: &Path, name: &str) -> Result<()> {
     };
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     if !String::from_utf8_lossy(&cmdline).contains(main) {
-        return Err(Error::State(format!(
+        return Err(anyhow!(format!(
             "{name} (pid {pid} in {}) is not running; is the stack up?",
             pidfile.display()
         )));
@@ -296,7 +296,7 @@ pub fn kill9_dependency(stack_dir: &Path, name: &str) -> Result<()> {
             .is_empty()
     {
         if Instant::now() > deadline {
-            return Err(Error::State(format!(
+            return Err(anyhow!(format!(
                 "{name} (pid {pid}) outlived kill -9 by 30 s"
             )));
         }
@@ -310,9 +310,9 @@ pub fn stack_up(script: &Path) -> Result<()> {
     let out = std::process::Command::new(script)
         .arg("up")
         .output()
-        .map_err(|e| Error::Config(format!("{}: {e}", script.display())))?;
+        .map_err(|e| anyhow!(format!("{}: {e}", script.display())))?;
     if !out.status.success() {
-        return Err(Error::State(format!(
+        return Err(anyhow!(format!(
             "{} up failed: {}",
             script.display(),
             String::from_utf8_lossy(&out.stderr)

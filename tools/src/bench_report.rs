@@ -1,4 +1,4 @@
-//! `likes bench report` (`make bench`): every benchmark in one run, written to
+//! `likes-tools bench report` (`make bench`): every benchmark in one run, written to
 //! `bench/report.md` with PNG plots beside it.
 //!
 //! 1. The topology benchmark (`bench topology`), repeated: events/s against the raw consume
@@ -6,7 +6,7 @@
 //! 2. The API benchmark (`bench api`), its rounds: the API against the write path in process,
 //!    the design's LWT floor and a bare LWT.
 //! 3. A sweep of offered load through the whole system: `likes api`, `likes dedupe` and
-//!    `likes count` as processes, `likes loadgen`'s mix over HTTP at 25–125% of `--peak`,
+//!    `likes count` as processes, `likes-tools loadgen`'s mix over HTTP at 25–125% of `--peak`,
 //!    each level repeated and interleaved: achieved rate, latency, staleness at the sink.
 //!
 //! Every figure is the median of its repeats, with min–max beside it.
@@ -18,15 +18,15 @@ use std::time::{Duration, Instant};
 
 use plotters::prelude::*;
 
-use super::bench::{
-    self, buckets, diff, quantile, scrape, spawn_stage, stop, BenchArgs, BenchReport,
-};
-use super::bench_api::{self, ApiBenchArgs, ApiBenchReport};
-use super::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
-use crate::config::Settings;
-use crate::error::{Error, Result};
-use crate::topology::Topology;
-use crate::{cmd, cql, metrics as m};
+use crate::bench::{self, buckets, diff, quantile, scrape, spawn_stage, BenchArgs, BenchReport};
+use crate::bench_api::{self, ApiBenchArgs, ApiBenchReport};
+use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
+use crate::procs::stop;
+use anyhow::{anyhow, Result};
+use likes::config::Settings;
+use likes::runtime::metrics as m;
+use likes::topology::Topology;
+use likes::{cmd, cql};
 
 #[derive(Debug, Clone)]
 pub struct ReportArgs {
@@ -60,7 +60,7 @@ pub struct LevelRun {
 
 pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) -> Result<PathBuf> {
     std::fs::create_dir_all(&args.out)
-        .map_err(|e| Error::State(format!("{}: {e}", args.out.display())))?;
+        .map_err(|e| anyhow!(format!("{}: {e}", args.out.display())))?;
     let raw = args.out.join("out");
     eprintln!(
         "bench report: 1/3 topology benchmark, {} runs of {} events",
@@ -112,7 +112,7 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
     let md = render(&machine, args, &topo, &api, &sweep);
     plots(&args.out, &sweep)?;
     let path = args.out.join("report.md");
-    std::fs::write(&path, md).map_err(|e| Error::State(e.to_string()))?;
+    std::fs::write(&path, md).map_err(|e| anyhow!(e.to_string()))?;
     Ok(path)
 }
 
@@ -122,7 +122,7 @@ async fn sweep(
     topology: &Topology,
     args: &ReportArgs,
 ) -> Result<Vec<Vec<LevelRun>>> {
-    let stamp = crate::dedupe::state::now_ms();
+    let stamp = likes::runtime::clock::now_ms();
     let mut settings = base.clone();
     settings.kafka.topic_prefix = format!("sweep{stamp}.");
     settings.cql.keyspace = format!("sweep_{stamp}");
@@ -134,16 +134,13 @@ async fn sweep(
     settings.api.max_writes_per_s = 0.0;
     let dir = std::env::temp_dir().join(format!("likes-sweep-{stamp}"));
     settings.dedupe.state_dir = dir.join("state");
-    std::fs::create_dir_all(&dir).map_err(|e| Error::State(e.to_string()))?;
-    std::fs::write(
-        dir.join("topology.toml"),
-        toml::to_string(topology).map_err(|e| Error::State(e.to_string()))?,
-    )
-    .map_err(|e| Error::State(e.to_string()))?;
+    std::fs::create_dir_all(&dir).map_err(|e| anyhow!(e.to_string()))?;
+    std::fs::write(dir.join("topology.toml"), toml::to_string(topology)?)
+        .map_err(|e| anyhow!(e.to_string()))?;
     let session = cql::connect(&settings.cql).await?;
     cmd::migrate::run(&session, &settings.cql).await?;
     // A benchmark may run another window than the last one in this keyspace.
-    crate::cql::recorded::record(&session, &settings.cql.keyspace, topology, true).await?;
+    likes::cql::recorded::record(&session, &settings.cql.keyspace, topology, true).await?;
     cmd::topics::run(&settings, topology).await?;
     let mut dedupe = spawn_stage("dedupe", &settings, DEDUPE_PORT, &dir)?;
     let mut count = spawn_stage("count", &settings, COUNT_PORT, &dir)?;
@@ -223,7 +220,7 @@ async fn sweep(
     stop(&mut api);
     stop(&mut count);
     stop(&mut dedupe);
-    bench::drop_namespace(&session, &settings, topology).await?;
+    likes::cmd::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(runs)
 }
@@ -320,7 +317,7 @@ fn render(
     let _ = writeln!(s, "# likes benchmark report\n");
     let _ = writeln!(
         s,
-        "Written by `make bench` (`likes bench report`) on {} from commit `{}`. Every figure is the \
+        "Written by `make bench` (`likes-tools bench report`) on {} from commit `{}`. Every figure is the \
          median of {} repeats, with min–max in brackets: that spread is this report's noise. \
          Kafka, Cassandra, the stages, the API and the load generator all share the machine.\n",
         utc_now(),
@@ -389,7 +386,7 @@ fn render(
     let _ = writeln!(
         s,
         "## Sweep of offered load through the whole system\n\n`likes api` + `likes dedupe` + \
-         `likes count`, `likes loadgen`'s mix over HTTP for {:.0} s per level (5% viral, 10% \
+         `likes count`, `likes-tools loadgen`'s mix over HTTP for {:.0} s per level (5% viral, 10% \
          unlikes, 5% keyed retries), levels interleaved. Latency counts from the scheduled send; \
          staleness is sink time minus event time.\n",
         args.level_seconds
@@ -457,23 +454,22 @@ fn register_font() -> Result<()> {
         .chain(CANDIDATES.iter().map(|s| s.to_string()))
         .find(|p| Path::new(p).exists())
         .ok_or_else(|| {
-            Error::Config(
+            anyhow!(
                 "the plots need a TrueType font: install fonts-dejavu-core or set LIKES_PLOT_FONT"
-                    .into(),
             )
         })?;
     let bytes: &'static [u8] = Box::leak(
         std::fs::read(&path)
-            .map_err(|e| Error::Config(format!("{path}: {e}")))?
+            .map_err(|e| anyhow!(format!("{path}: {e}")))?
             .into_boxed_slice(),
     );
     plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-        .map_err(|_| Error::Config(format!("{path} is not a usable TrueType font")))?;
+        .map_err(|_| anyhow!(format!("{path} is not a usable TrueType font")))?;
     Ok(())
 }
 
-fn plot_err<E: std::fmt::Debug>(e: E) -> Error {
-    Error::State(format!("drawing a plot: {e:?}"))
+fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!(format!("drawing a plot: {e:?}"))
 }
 
 /// Median points of a figure against offered load, with the min–max as a band of dots.

@@ -1,4 +1,4 @@
-//! `likes loadgen`: drives `likes api` over HTTP (or, with `--kafka`, produces LikeEvents
+//! `likes-tools loadgen`: drives `likes api` over HTTP (or, with `--kafka`, produces LikeEvents
 //! straight to the events topic) at a target rate, open loop: every request goes out at its
 //! scheduled time whatever earlier ones took, and its latency counts from that time, so a
 //! stall shows in the figures instead of quietly lowering the rate.
@@ -20,13 +20,13 @@ use rand::{Rng, SeedableRng};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::task::JoinSet;
 
-use super::bench::Zipf;
-use crate::api::auth::Signer;
-use crate::config::Settings;
-use crate::error::{Error, Result};
-use crate::schema::v1::{EdgeState, LikeEvent, Source};
-use crate::topology::Topology;
-use crate::{hash, kafka};
+use crate::bench::Zipf;
+use anyhow::{anyhow, Result};
+use likes::api::auth::Signer;
+use likes::config::Settings;
+use likes::schema::v1::{EdgeState, LikeEvent, Source};
+use likes::topology::Topology;
+use likes::{hash, kafka};
 
 /// The name of the viral item.
 pub const VIRAL_ITEM: &str = "item-viral";
@@ -58,10 +58,10 @@ impl Target {
                 .pool_max_idle_per_host(1024)
                 .timeout(Duration::from_secs(30))
                 .build()
-                .map_err(|e| Error::Config(format!("http client: {e}")))?,
+                .map_err(|e| anyhow!(format!("http client: {e}")))?,
             url: url.trim_end_matches('/').to_string(),
             signer: Signer::from_session_key(&settings.api.session_key)?,
-            expires_s: crate::dedupe::state::now_ms() / 1000 + 24 * 3600,
+            expires_s: likes::runtime::clock::now_ms() / 1000 + 24 * 3600,
         })
     }
 
@@ -201,7 +201,7 @@ impl Mix {
     }
 
     fn next(&mut self) -> Op {
-        let now = crate::dedupe::state::now_ms();
+        let now = likes::runtime::clock::now_ms();
         if !self.recent.is_empty() && self.rng.random_bool(self.args.retry_share) {
             let j = self.rng.random_range(0..self.recent.len());
             let mut op = self.recent[j].clone();
@@ -265,7 +265,7 @@ pub struct Live {
     pub latency_us: Mutex<Histogram<u64>>,
     /// Acknowledged likes minus unlikes per item (first sends only; retries excluded).
     pub net_by_item: Mutex<HashMap<String, i64>>,
-    /// Per edge (item, user), when set: what the client knows of it (`likes chaos` checks
+    /// Per edge (item, user), when set: what the client knows of it (`likes-tools chaos` checks
     /// acknowledged writes against `edges` with it).
     pub edges: Option<Mutex<HashMap<(String, String), EdgeSeen>>>,
 }

@@ -14,13 +14,13 @@ use rdkafka::{Offset, TopicPartitionList};
 use scylla::client::session::Session;
 use serde::Serialize;
 
-use super::super::demo::{all_counts, all_liked_edges};
-use super::super::loadgen::EdgeSeen;
-use crate::config::Settings;
-use crate::error::{Error, Result};
-use crate::kafka::{self, LogContext};
-use crate::schema::v1::{delta_record::Record, DeltaRecord, EdgeState};
-use crate::topology::Topology;
+use crate::demo::{all_counts, all_liked_edges};
+use crate::loadgen::EdgeSeen;
+use anyhow::{anyhow, Result};
+use likes::config::Settings;
+use likes::kafka::{self, LogContext};
+use likes::schema::v1::{delta_record::Record, DeltaRecord, EdgeState};
+use likes::topology::Topology;
 
 /// One item whose figures disagree.
 #[derive(Debug, Clone, Serialize)]
@@ -137,7 +137,7 @@ pub async fn verdict(
 }
 
 async fn edge_states(session: &Session, ks: &str) -> Result<HashMap<(String, String), i8>> {
-    let err = |e: String| Error::Schema(format!("reading {ks}.edges: {e}"));
+    let err = |e: String| anyhow!(format!("reading {ks}.edges: {e}"));
     let mut rows = session
         .query_iter(
             format!("SELECT item_id, user_id, state FROM {ks}.edges"),
@@ -184,10 +184,7 @@ fn committed_deltas(settings: &Settings, topology: &Topology) -> Result<BTreeMap
             return Ok(sums);
         }
         if Instant::now() > deadline {
-            return Err(Error::Timeout(
-                Duration::from_secs(120),
-                format!("reading {topic} to its end"),
-            ));
+            return Err(anyhow!("reading {topic} to its end: timed out after 120 s"));
         }
         let Some(m) = consumer.poll(Duration::from_millis(200)) else {
             continue;

@@ -78,7 +78,7 @@ impl Backoff {
             self.reset();
         }
         let wait = self.wait();
-        metrics::counter!(crate::metrics::STAGE_RESTARTS, "stage" => stage).increment(1);
+        metrics::counter!(crate::runtime::metrics::STAGE_RESTARTS, "stage" => stage).increment(1);
         tracing::warn!(stage, error = %e, retry_in = ?wait,
             "a dependency failed the stage; starting it over from the committed position in this process");
         Ok(Some(wait))

@@ -9,7 +9,7 @@ use axum::Router;
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 use crate::error::{Error, Result};
-use crate::supervise::{Health, Liveness};
+use crate::runtime::supervise::{Health, Liveness};
 
 /// Stage 1: LikeEvents read from `likes.events`.
 pub const EVENTS_IN: &str = "likes_dedupe_events_total";

@@ -1,4 +1,4 @@
-//! `likes bench topology`: the topology's throughput, staleness and memory on this machine,
+//! `likes-tools bench topology`: the topology's throughput, staleness and memory on this machine,
 //! next to the physical limit measured in the same run.
 //!
 //! 1. Produce N LikeEvents: a zipf mix over `items` items plus one viral item taking
@@ -14,7 +14,6 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
@@ -26,11 +25,13 @@ use rdkafka::{Message as _, Offset, TopicPartitionList};
 use serde::Serialize;
 use tracing::info;
 
-use crate::config::Settings;
-use crate::error::{Error, Result};
-use crate::schema::v1::{EdgeState, LikeEvent, Source};
-use crate::topology::Topology;
-use crate::{cmd, cql, hash, kafka, metrics as m};
+use crate::procs::{self, stop, Proc};
+use anyhow::{anyhow, Result};
+use likes::config::Settings;
+use likes::runtime::metrics as m;
+use likes::schema::v1::{EdgeState, LikeEvent, Source};
+use likes::topology::Topology;
+use likes::{cmd, cql, hash, kafka};
 
 /// The start of the live phase that is not measured.
 const LIVE_WARMUP: Duration = Duration::from_secs(5);
@@ -198,7 +199,7 @@ fn raw_consume(settings: &Settings, topic: &str, partitions: i32, expected: u64)
     let c: BaseConsumer = kafka::client_config(&settings.kafka)
         .set(
             "group.id",
-            format!("bench-raw-{}", crate::dedupe::state::now_ms()),
+            format!("bench-raw-{}", likes::runtime::clock::now_ms()),
         )
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
@@ -213,10 +214,7 @@ fn raw_consume(settings: &Settings, topic: &str, partitions: i32, expected: u64)
     let mut bytes = 0usize;
     while n < expected {
         if started.elapsed() > Duration::from_secs(600) {
-            return Err(Error::Timeout(
-                Duration::from_secs(600),
-                "raw consume".into(),
-            ));
+            return Err(anyhow!("raw consume: timed out after 600 s"));
         }
         if let Some(m) = c.poll(Duration::from_millis(500)) {
             let m = m?;
@@ -334,45 +332,35 @@ fn peak_rss_mb(pid: u32) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-pub(crate) struct StageProc {
-    pub(crate) child: Child,
-    pub(crate) port: u16,
-}
-
+/// Starts a stage of a benchmark in the bench's own namespace, its metrics on `port`.
 pub(crate) fn spawn_stage(
-    stage: &str,
+    stage: &'static str,
     settings: &Settings,
     port: u16,
     dir: &std::path::Path,
-) -> Result<StageProc> {
-    let exe = std::env::current_exe().map_err(|e| Error::Config(e.to_string()))?;
-    let log = std::fs::File::create(dir.join(format!("{stage}.log")))
-        .map_err(|e| Error::State(e.to_string()))?;
-    let child = Command::new(exe)
-        .arg(stage)
-        .env("LIKES__CQL__KEYSPACE", &settings.cql.keyspace)
-        .env("LIKES__KAFKA__TOPIC_PREFIX", &settings.kafka.topic_prefix)
-        .env(
+) -> Result<Proc> {
+    let env = procs::env([
+        ("LIKES__CQL__KEYSPACE", settings.cql.keyspace.clone()),
+        (
+            "LIKES__KAFKA__TOPIC_PREFIX",
+            settings.kafka.topic_prefix.clone(),
+        ),
+        (
             "LIKES__DEDUPE__STATE_DIR",
             settings.dedupe.state_dir.display().to_string(),
-        )
-        .env("LIKES__DEDUPE__INSTANCE_ID", &settings.dedupe.instance_id)
-        .env("LIKES__METRICS__LISTEN", format!("127.0.0.1:{port}"))
-        .env("LIKES__TOPOLOGY__PATH", dir.join("topology.toml"))
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| Error::State(e.to_string()))?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| Error::Config(format!("spawn {stage}: {e}")))?;
-    Ok(StageProc { child, port })
-}
-
-pub(crate) fn stop(p: &mut StageProc) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &p.child.id().to_string()])
-        .status();
-    let _ = p.child.wait();
+        ),
+        (
+            "LIKES__DEDUPE__INSTANCE_ID",
+            settings.dedupe.instance_id.clone(),
+        ),
+        ("LIKES__METRICS__LISTEN", format!("127.0.0.1:{port}")),
+        (
+            "LIKES__TOPOLOGY__PATH",
+            dir.join("topology.toml").display().to_string(),
+        ),
+        ("RUST_LOG", "warn".to_string()),
+    ]);
+    procs::spawn(stage, stage, dir, &env)
 }
 
 async fn total_count(session: &scylla::client::session::Session, ks: &str) -> Result<i64> {
@@ -382,12 +370,12 @@ async fn total_count(session: &scylla::client::session::Session, ks: &str) -> Re
     let mut rows = session
         .query_iter(stmt, ())
         .await
-        .map_err(|e| Error::Schema(e.to_string()))?
+        .map_err(|e| anyhow!(e.to_string()))?
         .rows_stream::<(i64,)>()
-        .map_err(|e| Error::Schema(e.to_string()))?;
+        .map_err(|e| anyhow!(e.to_string()))?;
     use futures::StreamExt;
     while let Some(r) = rows.next().await {
-        total += r.map_err(|e| Error::Schema(e.to_string()))?.0;
+        total += r.map_err(|e| anyhow!(e.to_string()))?.0;
     }
     Ok(total)
 }
@@ -413,7 +401,7 @@ async fn wait_drained(
             }
         }
         if Instant::now() > deadline {
-            return Err(Error::Timeout(Duration::from_secs(3600), "drain".into()));
+            return Err(anyhow!("drain: timed out after 3600 s"));
         }
     }
 }
@@ -424,22 +412,22 @@ pub async fn topology(
     topology: &Topology,
     args: &BenchArgs,
 ) -> Result<BenchReport> {
-    let stamp = crate::dedupe::state::now_ms();
+    let stamp = likes::runtime::clock::now_ms();
     let mut settings = base.clone();
     settings.kafka.topic_prefix = format!("bench{stamp}.");
     settings.cql.keyspace = format!("bench_{stamp}");
     settings.dedupe.instance_id = format!("bench{stamp}");
     let dir = std::env::temp_dir().join(format!("likes-bench-{stamp}"));
     settings.dedupe.state_dir = dir.join("state");
-    std::fs::create_dir_all(&dir).map_err(|e| Error::State(e.to_string()))?;
+    std::fs::create_dir_all(&dir).map_err(|e| anyhow!(e.to_string()))?;
     // The stages run exactly this run's topology (which may differ from the file's window).
     let topology_file = dir.join("topology.toml");
-    let spec = toml::to_string(topology).map_err(|e| Error::State(e.to_string()))?;
-    std::fs::write(&topology_file, spec).map_err(|e| Error::State(e.to_string()))?;
+    let spec = toml::to_string(topology)?;
+    std::fs::write(&topology_file, spec).map_err(|e| anyhow!(e.to_string()))?;
     let session = cql::connect(&settings.cql).await?;
     cmd::migrate::run(&session, &settings.cql).await?;
     // A benchmark may run another window than the last one in this keyspace.
-    crate::cql::recorded::record(&session, &settings.cql.keyspace, topology, true).await?;
+    likes::cql::recorded::record(&session, &settings.cql.keyspace, topology, true).await?;
     cmd::topics::run(&settings, topology).await?;
     let events_topic = settings.topic(&topology.topics.events.name);
     info!(dir = %dir.display(), keyspace = %settings.cql.keyspace, "bench set up");
@@ -463,7 +451,7 @@ pub async fn topology(
     // 1. The backlog.
     let p = producer(&settings)?;
     let started = Instant::now();
-    let now = crate::dedupe::state::now_ms();
+    let now = likes::runtime::clock::now_ms();
     for i in 0..args.events {
         let (k, v) = g.next(now);
         send(&p, &events_topic, &k, &v)?;
@@ -495,19 +483,21 @@ pub async fn topology(
     // 3. The topology on the backlog.
     let truth_total: i64 = g.truth.values().sum();
     let started = Instant::now();
-    let mut dedupe = spawn_stage("dedupe", &settings, 19_464, &dir)?;
-    let mut count = spawn_stage("count", &settings, 19_465, &dir)?;
+    const DEDUPE_PORT: u16 = 19_464;
+    const COUNT_PORT: u16 = 19_465;
+    let mut dedupe = spawn_stage("dedupe", &settings, DEDUPE_PORT, &dir)?;
+    let mut count = spawn_stage("count", &settings, COUNT_PORT, &dir)?;
     let dedupe_done = wait_drained(
         &session,
         &settings.cql.keyspace,
-        dedupe.port,
+        DEDUPE_PORT,
         args.events as f64,
         truth_total,
     )
     .await?;
     report.dedupe_events_per_s =
         args.events as f64 / dedupe_done.duration_since(started).as_secs_f64();
-    let d = scrape(dedupe.port);
+    let d = scrape(DEDUPE_PORT);
     let phase = |p: &str| {
         d.get(&format!("{}_sum{{phase=\"{p}\"}}", m::TURN_SECONDS))
             .copied()
@@ -538,14 +528,14 @@ pub async fn topology(
     let started = Instant::now();
     for i in 0..live_events {
         if i == warmup_events {
-            before = scrape(count.port);
-            before_dedupe = scrape(dedupe.port);
+            before = scrape(COUNT_PORT);
+            before_dedupe = scrape(DEDUPE_PORT);
         }
         let due = started + Duration::from_secs_f64(i as f64 / rate);
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             tokio::time::sleep(wait).await;
         }
-        let (k, v) = g.next(crate::dedupe::state::now_ms());
+        let (k, v) = g.next(likes::runtime::clock::now_ms());
         send(&p, &events_topic, &k, &v)?;
     }
     p.flush(Duration::from_secs(60))?;
@@ -553,17 +543,17 @@ pub async fn topology(
     wait_drained(
         &session,
         &settings.cql.keyspace,
-        dedupe.port,
+        DEDUPE_PORT,
         (args.events + live_events) as f64,
         truth_total,
     )
     .await?;
-    let after = scrape(count.port);
+    let after = scrape(COUNT_PORT);
     let live = |name: &str| diff(&buckets(&after, name), &buckets(&before, name));
     let staleness = live(m::STALENESS_SECONDS);
     report.live_staleness_p50_s = quantile(&staleness, 0.5);
     report.live_staleness_p99_s = quantile(&staleness, 0.99);
-    let after_dedupe = scrape(dedupe.port);
+    let after_dedupe = scrape(DEDUPE_PORT);
     let arrival = diff(
         &buckets(&after_dedupe, m::EVENT_DELAY_SECONDS),
         &buckets(&before_dedupe, m::EVENT_DELAY_SECONDS),
@@ -577,7 +567,7 @@ pub async fn topology(
     report.lwts = after.get(m::SINK_LWTS).copied().unwrap_or(0.0);
     report.lwts_per_applied_window = report.lwts / report.windows_applied.max(1.0);
     report.dedupe_peak_rss_mb = peak_rss_mb(dedupe.child.id());
-    let d = scrape(dedupe.port);
+    let d = scrape(DEDUPE_PORT);
     report.dedupe_state_memory_mb = ["memtables", "block_cache", "table_readers"].map(|k| {
         d.get(&format!("{}{{kind=\"{k}\"}}", m::STATE_MEMORY))
             .copied()
@@ -607,45 +597,21 @@ pub async fn topology(
         }
     }
     if wrong > 0 {
-        return Err(Error::Schema(format!(
+        return Err(anyhow!(format!(
             "{wrong} items differ from the ground truth"
         )));
     }
 
     // Leave nothing behind but the report.
-    drop_namespace(&session, &settings, topology).await?;
+    likes::cmd::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
 
-    std::fs::create_dir_all(&args.out).map_err(|e| Error::State(e.to_string()))?;
-    let json = serde_json::to_string_pretty(&report).map_err(|e| Error::State(e.to_string()))?;
+    std::fs::create_dir_all(&args.out).map_err(|e| anyhow!(e.to_string()))?;
+    let json = serde_json::to_string_pretty(&report).map_err(|e| anyhow!(e.to_string()))?;
     let path = args.out.join(format!("topology-{stamp}.json"));
-    std::fs::write(&path, json).map_err(|e| Error::State(e.to_string()))?;
+    std::fs::write(&path, json).map_err(|e| anyhow!(e.to_string()))?;
     eprintln!("bench: report written to {}", path.display());
     Ok(report)
-}
-
-/// Drops the keyspace and deletes the topics of `settings` (a bench's or a test's own).
-pub async fn drop_namespace(
-    session: &scylla::client::session::Session,
-    settings: &Settings,
-    topology: &Topology,
-) -> Result<()> {
-    session
-        .query_unpaged(
-            format!("DROP KEYSPACE IF EXISTS {}", settings.cql.keyspace),
-            (),
-        )
-        .await?;
-    let names: Vec<String> = topology
-        .topics()
-        .iter()
-        .map(|(_, t)| settings.topic(&t.name))
-        .collect();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    kafka::admin(&settings.kafka)?
-        .delete_topics(&refs, &rdkafka::admin::AdminOptions::new())
-        .await?;
-    Ok(())
 }
 
 impl std::fmt::Display for BenchReport {

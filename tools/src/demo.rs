@@ -1,4 +1,4 @@
-//! `likes demo` (`make demo`): the whole system on the local stack, for a newcomer to watch.
+//! `likes-tools demo` (`make demo`): the whole system on the local stack, for a newcomer to watch.
 //!
 //! `likes api` (with the relay), `likes dedupe` and `likes count` start as processes of their
 //! own, exactly as deployed. Load comes through the HTTP API: steady, then a viral burst, then
@@ -10,9 +10,8 @@
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,12 +20,14 @@ use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlTimestamp;
 
-use super::bench::{buckets, diff, quantile, scrape};
-use super::loadgen::{self, Live, Mix, MixArgs, Phase, Target, VIRAL_ITEM};
-use crate::config::Settings;
-use crate::error::{Error, Result};
-use crate::topology::Topology;
-use crate::{cmd, cql, metrics as m};
+use crate::bench::{buckets, diff, quantile, scrape};
+use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target, VIRAL_ITEM};
+use crate::procs::{spawn, Proc};
+use anyhow::{anyhow, Result};
+use likes::config::Settings;
+use likes::runtime::metrics as m;
+use likes::topology::Topology;
+use likes::{cmd, cql};
 
 const DEMO_KEYSPACE: &str = "likes_demo";
 const DEMO_TOPIC_PREFIX: &str = "demo.";
@@ -41,45 +42,9 @@ const TOP: usize = 8;
 /// Where the demo keeps its pid files, logs and stage-1 state: beside the stack's, so
 /// `make down` finds and stops the processes.
 pub fn demo_dir() -> PathBuf {
-    super::stack_dir()
+    crate::stack_dir()
         .unwrap_or_else(|| PathBuf::from("likes-data/stack"))
         .join("demo")
-}
-
-/// A process of the demo, its pid in `<dir>/<name>.pid`.
-pub(super) struct Proc {
-    pub name: &'static str,
-    pub child: Child,
-}
-
-/// Starts `likes <command>`, its log and pid file named `<name>`.
-pub(super) fn spawn(
-    command: &'static str,
-    name: &'static str,
-    dir: &Path,
-    env: &[(String, String)],
-) -> Result<Proc> {
-    let exe = std::env::current_exe().map_err(|e| Error::Config(e.to_string()))?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("{name}.log")))
-        .map_err(|e| Error::State(format!("demo log: {e}")))?;
-    let mut cmd = Command::new(exe);
-    cmd.arg(command)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| Error::State(e.to_string()))?)
-        .stderr(log)
-        // Its own process group: a Ctrl-C in the terminal stops the demo, not the stages;
-        // `make down` stops those by pid.
-        .process_group(0);
-    let child = cmd
-        .spawn()
-        .map_err(|e| Error::Config(format!("spawn likes {command}: {e}")))?;
-    std::fs::write(dir.join(format!("{name}.pid")), child.id().to_string())
-        .map_err(|e| Error::State(format!("demo pid file: {e}")))?;
-    Ok(Proc { name, child })
 }
 
 /// Stops the processes an earlier demo left (by their pid files, only if still `likes`).
@@ -110,7 +75,7 @@ fn stop_earlier(dir: &Path) {
 pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) -> Result<bool> {
     let mut settings = base.clone();
     // A namespace of its own: the verdict compares counts with edges, so events produced
-    // into the default topics by anything else (`likes loadgen --kafka`, tests of a
+    // into the default topics by anything else (`likes-tools loadgen --kafka`, tests of a
     // deployment) must not reach the demo's counters.
     settings.cql.keyspace = DEMO_KEYSPACE.into();
     settings.kafka.topic_prefix = DEMO_TOPIC_PREFIX.into();
@@ -118,7 +83,7 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
         settings.api.session_key = format!("demo-{:032x}", rand::random::<u128>());
     }
     let dir = demo_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| Error::State(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir).map_err(|e| anyhow!(format!("{}: {e}", dir.display())))?;
     stop_earlier(&dir);
 
     say("demo: schema and topics");
@@ -126,7 +91,7 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
     cmd::migrate::run(&session, &settings.cql)
         .await
         .map_err(|e| {
-            Error::Schema(format!(
+            anyhow!(format!(
                 "{e} (a keyspace from an older version: `make stack-reset` wipes it)"
             ))
         })?;
@@ -179,7 +144,7 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
             settings.cql.keyspace
         ))
         .await
-        .map_err(|e| Error::Schema(format!("prepare: {e}")))?;
+        .map_err(|e| anyhow!(format!("prepare: {e}")))?;
 
     // The scenario: a third steady, a viral burst at twice the rate, the rest steady; the
     // count stage is killed a quarter into the burst and restarted seven seconds later.
@@ -214,8 +179,8 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
         viral_share: 0.05,
         unlike_share: 0.1,
         retry_share: 0.05,
-        seed: crate::dedupe::state::now_ms() as u64,
-        run_id: format!("demo{}", crate::dedupe::state::now_ms()),
+        seed: likes::runtime::clock::now_ms() as u64,
+        run_id: format!("demo{}", likes::runtime::clock::now_ms()),
     });
     let started = Instant::now();
     let load = {
@@ -350,7 +315,7 @@ fn say(line: &str) {
 }
 
 fn fmt_time(ms: i64) -> String {
-    let age = (crate::dedupe::state::now_ms() - ms) as f64 / 1000.0;
+    let age = (likes::runtime::clock::now_ms() - ms) as f64 / 1000.0;
     format!("{age:.1} s ago")
 }
 
@@ -381,7 +346,7 @@ pub(super) async fn wait_ready(url: &str, procs: &mut [Proc], dir: &Path) -> Res
         }
         for p in procs.iter_mut() {
             if let Ok(Some(status)) = p.child.try_wait() {
-                return Err(Error::State(format!(
+                return Err(anyhow!(format!(
                     "likes {} exited ({status}) while starting; see {}",
                     p.name,
                     dir.join(format!("{}.log", p.name)).display()
@@ -389,10 +354,7 @@ pub(super) async fn wait_ready(url: &str, procs: &mut [Proc], dir: &Path) -> Res
             }
         }
         if Instant::now() > deadline {
-            return Err(Error::Timeout(
-                Duration::from_secs(90),
-                format!("likes api ready at {url}"),
-            ));
+            return Err(anyhow!("likes api ready at {url}: timed out after 90 s"));
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -434,7 +396,7 @@ async fn read_counts(
 /// LIKED edges per item over the whole keyspace (a demo holds some thousands of edges).
 pub(super) async fn all_liked_edges(session: &Session, ks: &str) -> Result<BTreeMap<String, i64>> {
     use futures::TryStreamExt;
-    let err = |e: String| Error::Schema(format!("reading {ks}.edges: {e}"));
+    let err = |e: String| anyhow!(format!("reading {ks}.edges: {e}"));
     let mut rows = session
         .query_iter(format!("SELECT item_id, state FROM {ks}.edges"), ())
         .await
@@ -443,7 +405,7 @@ pub(super) async fn all_liked_edges(session: &Session, ks: &str) -> Result<BTree
         .map_err(|e| err(e.to_string()))?;
     let mut n = BTreeMap::new();
     while let Some((item, state)) = rows.try_next().await.map_err(|e| err(e.to_string()))? {
-        if state == Some(crate::schema::v1::EdgeState::Liked as i8) {
+        if state == Some(likes::schema::v1::EdgeState::Liked as i8) {
             *n.entry(item).or_insert(0) += 1;
         }
     }
@@ -456,7 +418,7 @@ pub(super) async fn all_counts(
     ks: &str,
 ) -> Result<BTreeMap<String, (i64, Option<i64>)>> {
     use futures::TryStreamExt;
-    let err = |e: String| Error::Schema(format!("reading {ks}.like_counts: {e}"));
+    let err = |e: String| anyhow!(format!("reading {ks}.like_counts: {e}"));
     let mut rows = session
         .query_iter(
             format!("SELECT item_id, count, as_of FROM {ks}.like_counts"),
@@ -525,7 +487,7 @@ impl View {
         let (p50, p99) = (quantile(&recent, 0.5), quantile(&recent, 0.99));
         let lat = live.latency_us.lock().unwrap();
         let mut out = format!(
-            "likes demo  t = {:>3.0} s of {total:.0}   {phase}\n{status}\n",
+            "likes-tools demo  t = {:>3.0} s of {total:.0}   {phase}\n{status}\n",
             t.as_secs_f64()
         );
         if let Some(e) = event {

@@ -1,0 +1,50 @@
+//! What every process shares, whatever it runs: how it starts (config, topology, logs), how
+//! it stops, the clock, metrics and health, and supervision of stages.
+
+pub mod clock;
+pub mod metrics;
+pub mod shutdown;
+pub mod supervise;
+pub mod telemetry;
+
+use std::path::PathBuf;
+
+use crate::config::Settings;
+use crate::error::Result;
+use crate::topology::Topology;
+
+/// The flags every binary of the project takes (`likes`, `likes-tools`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Boot {
+    /// A TOML config file layered over the embedded defaults.
+    #[arg(long, env = "LIKES_CONFIG", global = true)]
+    pub config: Option<PathBuf>,
+    /// A topology spec to use instead of the embedded `topology/topology.toml`.
+    #[arg(long, global = true)]
+    pub topology: Option<PathBuf>,
+}
+
+impl Boot {
+    /// Loads the settings, starts logging as they say, then loads the topology.
+    pub fn load(&self) -> Result<(Settings, Topology)> {
+        let settings = Settings::load(self.config.as_deref())?;
+        telemetry::init(&settings.log);
+        let path = self.topology.clone().or_else(|| settings.topology_path());
+        let topology = Topology::load(path.as_deref())?;
+        Ok((settings, topology))
+    }
+
+    /// The multi-threaded tokio runtime a command runs on.
+    pub fn tokio() -> std::io::Result<tokio::runtime::Runtime> {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    }
+}
+
+/// Prints a command's result to stdout; a closed pipe (`likes config | head`) is not an error.
+pub fn out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{text}");
+}

@@ -1,0 +1,80 @@
+//! The product's processes as children of a tool: found, started with their own log and pid
+//! file, and stopped. Every tool that runs `likes api`, `likes dedupe` or `likes count`
+//! (demo, chaos, bench) starts them here.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{anyhow, Context, Result};
+
+/// The `likes` binary the tools run: `LIKES_BIN` if set, else the one built beside this
+/// binary (`cargo build` puts both in the same target folder).
+pub fn likes_bin() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("LIKES_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe().context("locating likes-tools itself")?;
+    let bin = me.with_file_name("likes");
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(anyhow!(
+            "{} not found: build it first (`cargo build --bin likes`, or `make build`), \
+             or set LIKES_BIN",
+            bin.display()
+        ))
+    }
+}
+
+/// A product process a tool started, its pid in `<dir>/<name>.pid`.
+pub struct Proc {
+    pub name: &'static str,
+    pub child: Child,
+}
+
+/// Starts `likes <command>` with `env` added, its output appended to `<dir>/<name>.log`
+/// and its pid written to `<dir>/<name>.pid`.
+pub fn spawn(
+    command: &'static str,
+    name: &'static str,
+    dir: &Path,
+    env: &[(String, String)],
+) -> Result<Proc> {
+    let exe = likes_bin()?;
+    let log_path = dir.join(format!("{name}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let mut cmd = Command::new(&exe);
+    cmd.arg(command)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in the terminal stops the tool, which then stops
+        // its children in order; `make down` stops leftovers by pid.
+        .process_group(0);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {} {command}", exe.display()))?;
+    let pid_file = dir.join(format!("{name}.pid"));
+    std::fs::write(&pid_file, child.id().to_string())
+        .with_context(|| format!("writing {}", pid_file.display()))?;
+    Ok(Proc { name, child })
+}
+
+/// Sends SIGTERM (the product drains on it) and waits for the exit.
+pub fn stop(p: &mut Proc) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &p.child.id().to_string()])
+        .status();
+    let _ = p.child.wait();
+}
+
+/// `(name, value)` pairs for `spawn`'s environment.
+pub fn env<const N: usize>(pairs: [(&str, String); N]) -> Vec<(String, String)> {
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
