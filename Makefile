@@ -13,7 +13,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-ci fuzz test lint fmt buf bench bench-topology bench-api
+.PHONY: help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -97,6 +97,9 @@ test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; star
 	  awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(LIKES_CACHE)/last-test.log \
 	    | tee $(LIKES_CACHE)/test-summary; \
 	  exit $$status
+
+test-unit: ## Only the tests that need no stack (unit tests of the product and the tools; seconds once built)
+	$(CARGO) test --workspace --lib --bins --features likes/failpoints
 
 lint: buf ## rustfmt, clippy -D warnings, buf lint
 	$(CARGO) fmt --all -- --check

@@ -302,6 +302,11 @@ impl Settings {
     pub fn topic(&self, name: &str) -> String {
         format!("{}{}", self.kafka.topic_prefix, name)
     }
+
+    /// A topology consumer group's name as it exists on the cluster (with the prefix).
+    pub fn group(&self, name: &str) -> String {
+        format!("{}{}", self.kafka.topic_prefix, name)
+    }
 }
 
 /// An unquoted CQL identifier: what keyspace names may be in both Cassandra and ScyllaDB.

@@ -39,6 +39,15 @@ pub enum Error {
     #[error("cql: could not decode a row: {0}")]
     CqlDecode(#[source] Box<scylla::errors::DeserializationError>),
 
+    #[error("cql: a paged read failed to start: {0}")]
+    CqlPaging(#[source] Box<scylla::errors::PagerExecutionError>),
+
+    #[error("cql: a paged read failed: {0}")]
+    CqlNextRow(#[source] Box<scylla::errors::NextRowError>),
+
+    #[error("cql: rows of another type than expected: {0}")]
+    CqlTypeCheck(#[source] Box<scylla::deserialize::TypeCheckError>),
+
     #[error("cql schema: {0}")]
     Schema(String),
 
@@ -49,6 +58,26 @@ pub enum Error {
 
     #[error("local state: {0}")]
     State(String),
+
+    /// RocksDB, stage 1's local state.
+    #[error("local state (RocksDB): {0}")]
+    Rocks(#[from] rocksdb::Error),
+
+    /// A socket or file of the process itself (a listener, a state folder, an audit log).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// One stage of a process that runs several ended with an error.
+    #[error("{stage} failed: {source}")]
+    Stage {
+        stage: &'static str,
+        #[source]
+        source: Box<Error>,
+    },
 
     #[error("protobuf: {0}")]
     Decode(#[from] prost::DecodeError),
@@ -79,12 +108,21 @@ boxed_from!(
     CqlFirstRow(scylla::errors::MaybeFirstRowError),
     CqlSingleRow(scylla::errors::SingleRowError),
     CqlDecode(scylla::errors::DeserializationError),
+    CqlPaging(scylla::errors::PagerExecutionError),
+    CqlNextRow(scylla::errors::NextRowError),
+    CqlTypeCheck(scylla::deserialize::TypeCheckError),
 );
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// An io error, saying what was being done.
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let what = what.into();
+        move |source| Error::Io { what, source }
+    }
+
     /// Whether the same call may succeed if tried again (a broker or node was briefly
     /// unreachable, a timeout). Configuration and schema errors never are.
     pub fn is_retryable(&self) -> bool {
@@ -110,6 +148,8 @@ impl Error {
                 .unwrap_or(false),
             Error::CqlConnect(_)
             | Error::CqlExecution(_)
+            | Error::CqlPaging(_)
+            | Error::CqlNextRow(_)
             | Error::CqlTransient(_)
             | Error::Timeout(..) => true,
             _ => false,

@@ -25,8 +25,11 @@ pub mod dedupe;
 pub mod error;
 pub mod hash;
 pub mod kafka;
+pub mod records;
+pub mod relay;
 pub mod runtime;
 pub mod schema;
+pub mod store;
 pub mod topology;
 
 pub use error::{Error, Result};

@@ -81,14 +81,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Fail points (FAILPOINTS=name=action;...) exist only in builds with `--features failpoints`.
     let _failpoints = fail::FailScenario::setup();
-    match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // Our errors already carry their cause in their message; print it once.
-            eprintln!("likes: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    likes::runtime::exit("likes", run(cli))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -120,7 +113,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Count => cmd::stages::run_count(&settings, &topology).await?,
             Command::Topology => cmd::stages::run_topology(&settings, &topology).await?,
             Command::Api => cmd::stages::run_api(&settings, &topology).await?,
-            Command::Relay => likes::api::relay_alone(&settings, &topology).await?,
+            Command::Relay => likes::relay::run_alone(&settings, &topology).await?,
             Command::Token { user, ttl } => {
                 let signer = likes::api::auth::Signer::from_session_key(&settings.api.session_key)?;
                 if !likes::api::valid_id(&user) {

@@ -14,11 +14,13 @@ use serde_json::json;
 
 use common::api::{self, all_events, of};
 use common::topology as fx;
-use likes::api::relay;
+use likes::relay::{self, Relay};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_flip_whose_produce_failed_is_published_by_the_relay() {
-    let (settings, topology, app, client) = api::serve("relay").await;
+    let (settings, topology, _app, client) = api::serve("relay").await;
+    // The relay as `likes relay` runs it: its own connections, no API session key.
+    let relay_alone = Relay::connect(&settings, &topology).await.unwrap();
 
     fail::cfg("api-after-flip-before-produce", "return").unwrap();
     let (s, e) = client.like("erin", "item-7", "k1").await;
@@ -33,17 +35,19 @@ async fn a_flip_whose_produce_failed_is_published_by_the_relay() {
         json!(true),
         "the edge flipped before the failure"
     );
-    let young = relay::pass(&app, Duration::from_secs(60)).await.unwrap();
+    let young = relay::pass(&relay_alone, Duration::from_secs(60))
+        .await
+        .unwrap();
     assert_eq!(
         young,
         relay::Pass::default(),
         "a young entry is a request in flight"
     );
 
-    let first = relay::pass(&app, Duration::ZERO).await.unwrap();
+    let first = relay::pass(&relay_alone, Duration::ZERO).await.unwrap();
     assert_eq!(first.published, 1, "{first:?}");
     assert_eq!(first.cleared, 1, "{first:?}");
-    let again = relay::pass(&app, Duration::ZERO).await.unwrap();
+    let again = relay::pass(&relay_alone, Duration::ZERO).await.unwrap();
     assert_eq!(again, relay::Pass::default(), "nothing left to publish");
 
     // The client's retry with the same key replays the flip's own answer.

@@ -1,21 +1,43 @@
-//! The like API against the real stack: each layer of write idempotency, the stale-retry
+//! The like API against the real stack, one behaviour per test (each in a namespace of its
+//! own, so the first failure hides nothing): each layer of write idempotency, the stale-retry
 //! hole, the reads, and every class of bad input getting a clear 4xx that changes nothing.
 //! Events are counted on the real `likes.events` topic.
 
 mod common;
 
+use std::sync::Arc;
+
+use likes::config::Settings;
+use likes::topology::Topology;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use common::api::{self, all_events, of};
+use common::api::{self, all_events, of, Client};
 use common::topology as fx;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn write_path_idempotency_reads_and_bad_input() {
-    let (settings, topology, _app, client) = api::serve("api").await;
-    let base = client.base.clone();
+/// The (op_id, liked) events on the namespace's events topic for one edge.
+async fn events_of(
+    settings: &Settings,
+    topology: &Topology,
+    item: &str,
+    user: &str,
+) -> Vec<(u64, bool)> {
+    let settings = settings.clone();
     let topic = settings.topic(&topology.topics.events.name);
+    let events = tokio::task::spawn_blocking(move || all_events(&settings, &topic))
+        .await
+        .unwrap();
+    of(&events, item, user)
+}
 
+async fn serve(name: &str) -> (Settings, Topology, Arc<Client>) {
+    let (settings, topology, _app, client) = api::serve(name).await;
+    (settings, topology, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_double_like_is_one_flip_and_the_actor_reads_it_at_once() {
+    let (settings, topology, client) = serve("apidouble").await;
     // Layer 3, the row, and 2, the conditional write: a double like is one flip.
     let (s1, a1) = client.like("alice", "item-1", "k1").await;
     let (s2, a2) = client.like("alice", "item-1", "k2").await;
@@ -30,7 +52,18 @@ async fn write_path_idempotency_reads_and_bad_input() {
     assert_eq!(a2["liked"], json!(true));
     let (_, liked) = client.get("alice", "/v1/items/item-1/likes/alice").await;
     assert_eq!(liked["liked"], json!(true), "read-your-writes: {liked}");
+    assert_eq!(
+        events_of(&settings, &topology, "item-1", "alice").await,
+        vec![(1, true)],
+        "double like: one event"
+    );
+    fx::teardown(&settings, &topology).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replayed_key_returns_its_answer_and_another_request_under_it_is_a_422() {
+    let (settings, topology, client) = serve("apikey").await;
+    let (_, a1) = client.like("alice", "item-1", "k1").await;
     // Layer 1: the same key replays the stored answer; with another request it is a 422.
     let (s, replay) = client.like("alice", "item-1", "k1").await;
     assert_eq!(s, StatusCode::OK);
@@ -41,8 +74,17 @@ async fn write_path_idempotency_reads_and_bad_input() {
     let (s, e) = client.unlike("alice", "item-1", "k1").await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
     assert_eq!(e["error"], json!("idempotency_key_reused"));
+    assert_eq!(
+        events_of(&settings, &topology, "item-1", "alice").await,
+        vec![(1, true)],
+        "the replay and the refused request publish nothing"
+    );
+    fx::teardown(&settings, &topology).await;
+}
 
-    // Concurrent likes of one edge from many tasks: exactly one flip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_concurrent_likes_of_one_edge_flip_it_once() {
+    let (settings, topology, client) = serve("apiconcurrent").await;
     let tasks: Vec<_> = (0..16)
         .map(|i| {
             let c = client.clone();
@@ -57,9 +99,19 @@ async fn write_path_idempotency_reads_and_bad_input() {
         flips += usize::from(a["changed"] == json!(true));
     }
     assert_eq!(flips, 1, "16 concurrent likes, exactly one flip");
+    assert_eq!(
+        events_of(&settings, &topology, "item-2", "bob").await,
+        vec![(1, true)],
+        "16 concurrent likes: one event"
+    );
+    fx::teardown(&settings, &topology).await;
+}
 
-    // The stale-retry hole: like (answer lost) -> unlike -> the old like retried with its
-    // key: the stored answer comes back and the edge stays UNLIKED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_retry_replays_its_answer_and_never_relikes() {
+    let (settings, topology, client) = serve("apistale").await;
+    // like (answer lost) -> unlike -> the old like retried with its key: the stored answer
+    // comes back and the edge stays UNLIKED.
     let (_, first) = client.like("carol", "item-3", "like-1").await;
     let (s, un) = client.unlike("carol", "item-3", "unlike-1").await;
     assert_eq!(s, StatusCode::OK);
@@ -72,10 +124,21 @@ async fn write_path_idempotency_reads_and_bad_input() {
     assert_eq!(retried, first, "the retry replays, it does not re-like");
     let (_, liked) = client.get("carol", "/v1/items/item-3/likes/carol").await;
     assert_eq!(liked["liked"], json!(false), "the row stays UNLIKED");
+    assert_eq!(
+        events_of(&settings, &topology, "item-3", "carol").await,
+        vec![(1, true), (2, false)],
+        "stale retry: exactly two flips"
+    );
+    fx::teardown(&settings, &topology).await;
+}
 
-    // The flip aims its compare-and-set with a guess; a wrong guess must not decide. An
-    // unlike of an unliked edge and of an edge never liked are no-ops; a like of an
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_guess_that_aims_the_flip_never_decides_it() {
+    let (settings, topology, client) = serve("apiguess").await;
+    // An unlike of an unliked edge and of an edge never liked are no-ops; a like of an
     // unliked edge (its `IF NOT EXISTS` fails) flips from the row it is answered with.
+    client.like("carol", "item-3", "like-1").await;
+    client.unlike("carol", "item-3", "unlike-1").await;
     let (_, again) = client.unlike("carol", "item-3", "unlike-2").await;
     assert_eq!(
         (again["changed"].clone(), again["opId"].clone()),
@@ -92,7 +155,25 @@ async fn write_path_idempotency_reads_and_bad_input() {
         (relike["changed"].clone(), relike["opId"].clone()),
         (json!(true), json!(3))
     );
+    assert_eq!(
+        events_of(&settings, &topology, "item-3", "carol").await,
+        vec![(1, true), (2, false), (3, true)],
+        "three flips, three events; the no-ops none"
+    );
+    assert!(
+        events_of(&settings, &topology, "item-9", "carol")
+            .await
+            .is_empty(),
+        "a no-op unlike publishes nothing"
+    );
+    fx::teardown(&settings, &topology).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
+    let (settings, topology, client) = serve("apibad").await;
+    let base = client.base.clone();
+    client.like("alice", "item-1", "k1").await;
     // Bad input: a clear 4xx with a reason, and nothing changes.
     let t = client.token("dave");
     let cases: Vec<(reqwest::RequestBuilder, StatusCode, &str)> = vec![
@@ -183,7 +264,18 @@ async fn write_path_idempotency_reads_and_bad_input() {
     );
     let (_, d) = client.get("dave", "/v1/items/item-4/likes/dave").await;
     assert_eq!(d["liked"], json!(false), "no refused request liked item-4");
+    assert!(
+        events_of(&settings, &topology, "item-4", "dave")
+            .await
+            .is_empty(),
+        "refused requests publish nothing"
+    );
+    fx::teardown(&settings, &topology).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn who_liked_pages_every_liker_once_under_concurrent_likes() {
+    let (settings, topology, client) = serve("apilikers").await;
     // Who liked: 30 likers paged 7 at a time, while another user likes mid-walk: every
     // original liker exactly once, in a stable walk.
     let likers: Vec<String> = (0..30).map(|i| format!("fan{i:02}")).collect();
@@ -237,7 +329,15 @@ async fn write_path_idempotency_reads_and_bad_input() {
             .await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {e}");
     }
+    fx::teardown(&settings, &topology).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batch_get_gives_the_callers_states_and_is_bounded() {
+    let (settings, topology, client) = serve("apibatch").await;
+    let base = client.base.clone();
+    client.like("fan07", "item-5", "fan").await;
+    client.like("alice", "item-1", "k1").await;
     // batchGet: counts and the caller's own button states in one call; bounded.
     let r = client
         .http
@@ -273,7 +373,13 @@ async fn write_path_idempotency_reads_and_bad_input() {
             .unwrap();
         assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{body}");
     }
+    fx::teardown(&settings, &topology).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_count_before_any_window_is_zero_and_every_route_is_documented() {
+    let (settings, topology, client) = serve("apimisc").await;
+    let base = client.base.clone();
     // The public count before any window: 0 and a null asOf.
     let (s, c) = client.get("dave", "/v1/items/item-9/count").await;
     assert_eq!(s, StatusCode::OK);
@@ -309,7 +415,14 @@ async fn write_path_idempotency_reads_and_bad_input() {
     ] {
         assert!(doc.contains(path), "openapi.yaml lacks {path}");
     }
+    fx::teardown(&settings, &topology).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retraction_needs_the_admin_credential_and_replays_on_retry() {
+    let (settings, topology, client) = serve("apiretract").await;
+    let base = client.base.clone();
+    client.like("alice", "item-1", "k1").await;
     // An operator's retraction: a separate credential, the normal write path, a reason.
     let retract = |token: &str, key: &str| {
         client
@@ -364,33 +477,10 @@ async fn write_path_idempotency_reads_and_bad_input() {
         vec![("spam ring".to_string(),)],
         "one record, retry included"
     );
-
-    // The events on the log: one per real flip, no more.
-    let settings2 = settings.clone();
-    let topic2 = topic.clone();
-    let events = tokio::task::spawn_blocking(move || all_events(&settings2, &topic2))
-        .await
-        .unwrap();
-    let got = [
-        of(&events, "item-1", "alice"),
-        of(&events, "item-2", "bob"),
-        of(&events, "item-3", "carol"),
-        of(&events, "item-4", "dave"),
-        of(&events, "item-9", "carol"),
-    ];
     assert_eq!(
-        got[0],
+        events_of(&settings, &topology, "item-1", "alice").await,
         vec![(1, true), (2, false)],
-        "double like: one event; the retraction: one more"
+        "the like, and one event for the retraction"
     );
-    assert_eq!(got[1], vec![(1, true)], "16 concurrent likes: one event");
-    assert_eq!(
-        got[2],
-        vec![(1, true), (2, false), (3, true)],
-        "stale retry: exactly two flips, then the new like's"
-    );
-    assert!(got[3].is_empty(), "refused requests publish nothing");
-    assert!(got[4].is_empty(), "a no-op unlike publishes nothing");
-
     fx::teardown(&settings, &topology).await;
 }

@@ -113,11 +113,13 @@ async fn a_retry_whose_answer_was_lost_after_the_flip_never_relikes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_relay_never_publishes_a_version_no_request_produced() {
     use common::api;
-    use likes::api::relay;
+    use likes::relay::{self, Relay};
     use reqwest::StatusCode;
 
     let _turn = FAILPOINTS.lock().await;
-    let (settings, mut topology, app, client) = api::serve("relaynoop").await;
+    let (settings, mut topology, _app, client) = api::serve("relaynoop").await;
+    // The relay as `likes relay` runs it: its own connections, no API session key.
+    let relay_alone = Relay::connect(&settings, &topology).await.unwrap();
     // A short horizon, so the like's stage-1 state expires within the test.
     topology.dedupe_ttl = Duration::from_secs(4);
     let mut run = fx::start(&settings, &topology);
@@ -134,7 +136,7 @@ async fn the_relay_never_publishes_a_version_no_request_produced() {
     fail::remove("api-before-outbox-clear");
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
 
-    let pass = relay::pass(&app, Duration::ZERO).await.unwrap();
+    let pass = relay::pass(&relay_alone, Duration::ZERO).await.unwrap();
     assert_eq!(
         pass.published, 0,
         "the entry's request changed nothing: there is nothing to publish ({pass:?})"
@@ -167,7 +169,7 @@ async fn a_replay_past_the_horizon_never_recounts() {
     // Every event is now older than the horizon, and still in the log.
     tokio::time::sleep(Duration::from_secs(12)).await;
 
-    let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe);
+    let group = settings.group(&topology.groups.dedupe);
     let topic = settings.topic(&topology.topics.events.name);
     let refused =
         tokio::task::block_in_place(|| replay::run(&settings, &topology, &group, Target::Earliest));
@@ -219,7 +221,7 @@ async fn a_replay_after_partitions_moved_never_reemits() {
     run.stop().await;
 
     // Replay to the start; the partitions come back to A, whose disk knows only part one.
-    let group = format!("{}{}", a.kafka.topic_prefix, topology.groups.dedupe);
+    let group = a.group(&topology.groups.dedupe);
     tokio::task::block_in_place(|| replay::run(&a, &topology, &group, Target::Earliest)).unwrap();
     let (have, d) = run_for(&a, &topology, 15).await;
     assert_eq!(
@@ -340,7 +342,7 @@ async fn changing_the_window_neither_freezes_nor_reapplies() {
 
     // Replaying stage 2 across the change would re-read 1 s windows as 2 s ones, which can
     // straddle a row's fence: refused.
-    let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.count);
+    let group = settings.group(&topology.groups.count);
     let refused = replay::run_checked(&settings, &two, &group, Target::Earliest)
         .await
         .expect_err("a 2 s replay over 1 s windows must be refused");

@@ -115,8 +115,8 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
 
     // A replay is refused while a stage runs: its next commit would undo the reset.
     let groups = [
-        format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe),
-        format!("{}{}", settings.kafka.topic_prefix, topology.groups.count),
+        settings.group(&topology.groups.dedupe),
+        settings.group(&topology.groups.count),
     ];
     let mut env = common::env_for(&settings);
     env.push(("LIKES__KAFKA__SESSION_TIMEOUT", "6s".into()));

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use scylla::value::CqlTimestamp;
 
 use super::error::ApiError;
 use super::write::{write_as, WriteAnswer};
@@ -66,17 +65,9 @@ pub async fn retract(
         Source::Retraction,
     )
     .await?;
-    app.session
-        .execute_unpaged(
-            &app.stmts.retraction_put,
-            (
-                &r.item_id,
-                &r.user_id,
-                CqlTimestamp(now_ms()),
-                r.reason.trim(),
-                &key,
-            ),
-        )
+    app.store
+        .requests
+        .record_retraction(&r.item_id, &r.user_id, r.reason.trim(), &key, now_ms())
         .await?;
     tracing::info!(item = %r.item_id, user = %r.user_id, reason = %r.reason, changed = answer.changed, "retraction");
     Ok(Json(answer))

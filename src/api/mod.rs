@@ -11,25 +11,26 @@ pub mod admission;
 pub mod auth;
 pub mod error;
 pub mod read;
-pub mod relay;
 pub mod write;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use rdkafka::producer::FutureProducer;
 use scylla::client::session::Session;
 use serde_json::json;
 use tracing::info;
 
 use crate::config::Settings;
+use crate::cql;
 use crate::error::{Error, Result};
+use crate::relay::{self, Relay};
+use crate::runtime::supervise::connect_patiently;
+use crate::store::events::Events;
+use crate::store::Stores;
 use crate::topology::Topology;
-use crate::{cql, kafka};
 use error::ApiError;
 
 /// The API document, checked in as `api/openapi.yaml`.
@@ -43,10 +44,9 @@ pub struct App {
     pub settings: Settings,
     pub topology: Topology,
     pub session: Arc<Session>,
-    pub producer: FutureProducer,
+    pub store: Stores,
+    pub events: Events,
     pub signer: auth::Signer,
-    pub stmts: write::Statements,
-    pub events_topic: String,
 }
 
 impl App {
@@ -55,21 +55,15 @@ impl App {
         let signer = auth::Signer::from_session_key(&settings.api.session_key)?;
         let session = cql::connect(&settings.cql).await?;
         cql::recorded::check(&session, &settings.cql.keyspace, topology).await?;
-        let stmts = write::Statements::prepare(&session, &settings.cql.keyspace).await?;
-        write::init_outbox_floors(&session, &stmts).await?;
-        // Each write waits for its event's acknowledgement, so a batch lingers 1 ms, not the
-        // stages' 5: at 1,000 writes/s that still batches, and the median write is 4 ms faster.
-        let producer: FutureProducer = kafka::producer_config(&settings.kafka)
-            .set("linger.ms", "1")
-            .create()?;
+        let store = Stores::prepare(&session, &settings.cql.keyspace).await?;
+        store.outbox.init_floors().await?;
         Ok(Arc::new(Self {
             settings: settings.clone(),
             topology: topology.clone(),
             session,
-            producer,
+            store,
+            events: Events::connect(settings, topology)?,
             signer,
-            stmts,
-            events_topic: settings.topic(&topology.topics.events.name),
         }))
     }
 }
@@ -113,65 +107,41 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Connects, waiting out a store or broker that is restarting (1 s doubling to 10 s, a warn
-/// line each) instead of exiting into a crash loop; what no wait can fix (configuration,
-/// schema, topology) ends the process.
-async fn connect_patiently(settings: &Settings, topology: &Topology) -> Result<Arc<App>> {
-    let mut backoff = crate::runtime::supervise::Backoff::default();
-    loop {
-        match App::connect(settings, topology).await {
-            Ok(app) => return Ok(app),
-            Err(e) if e.is_retryable() => {
-                let wait = backoff.wait();
-                tracing::warn!(error = %e, retry_in = ?wait, "api: a dependency is not answering yet");
-                tokio::time::sleep(wait).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Serves until SIGTERM or Ctrl-C.
+/// Serves until SIGTERM or Ctrl-C; with `api.relay`, runs the relay beside, on the same CQL
+/// session, and waits for its pass in flight before returning.
 pub async fn serve(settings: &Settings, topology: &Topology) -> Result<()> {
-    let app = connect_patiently(settings, topology).await?;
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    if settings.api.relay {
-        tokio::spawn(relay::run(
-            app.clone(),
+    let app = connect_patiently("api", || App::connect(settings, topology)).await?;
+    let stop = crate::runtime::shutdown::CancellationToken::new();
+    let relay = if settings.api.relay {
+        let relay = Relay::prepare(app.session.clone(), settings, topology).await?;
+        Some(tokio::spawn(relay::run(
+            Arc::new(relay),
             settings.api.relay_interval,
             settings.api.relay_min_age,
             stop.clone(),
-        ));
-    }
+        )))
+    } else {
+        None
+    };
     let listener = tokio::net::TcpListener::bind(&settings.api.listen)
         .await
-        .map_err(|e| Error::Config(format!("api.listen {}: {e}", settings.api.listen)))?;
+        .map_err(Error::io(format!(
+            "binding api.listen {}",
+            settings.api.listen
+        )))?;
     info!(listen = %settings.api.listen, "api serving");
     let served = axum::serve(listener, router(app))
         .with_graceful_shutdown(crate::runtime::shutdown::signal())
         .await
-        .map_err(|e| Error::State(format!("api: {e}")));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        .map_err(Error::io(format!(
+            "serving api.listen {}",
+            settings.api.listen
+        )));
+    stop.cancel();
+    if let Some(relay) = relay {
+        let _ = relay.await;
+    }
     served
-}
-
-/// `likes relay` on its own: passes until SIGTERM.
-pub async fn relay_alone(settings: &Settings, topology: &Topology) -> Result<()> {
-    let app = connect_patiently(settings, topology).await?;
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = stop.clone();
-    tokio::spawn(async move {
-        crate::runtime::shutdown::signal().await;
-        flag.store(true, std::sync::atomic::Ordering::Relaxed);
-    });
-    relay::run(
-        app,
-        settings.api.relay_interval,
-        settings.api.relay_min_age,
-        stop,
-    )
-    .await;
-    Ok(())
 }
 
 /// Ready only when CQL and Kafka both answer.
@@ -182,17 +152,10 @@ async fn ready(
         .query_unpaged("SELECT release_version FROM system.local", ())
         .await
         .map_err(|e| ApiError::Unavailable(format!("CQL: {e}")))?;
-    let producer = app.producer.clone();
-    let topic = app.events_topic.clone();
-    tokio::task::spawn_blocking(move || {
-        use rdkafka::producer::Producer;
-        producer
-            .client()
-            .fetch_metadata(Some(&topic), Duration::from_secs(2))
-    })
-    .await
-    .map_err(|e| ApiError::Unavailable(format!("Kafka: {e}")))?
-    .map_err(|e| ApiError::Unavailable(format!("Kafka: {e}")))?;
+    app.events
+        .reachable()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("Kafka: {e}")))?;
     Ok(Json(json!({ "status": "ready" })))
 }
 

@@ -5,13 +5,12 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use scylla::value::CqlTimestamp;
 use serde::Serialize;
 
 use super::error::ApiError;
-use super::write::{read_edge, LIKERS_CHUNK};
 use super::{check_id, Actor, App};
 use crate::hash;
+use crate::store::edges::LIKERS_CHUNK;
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -30,22 +29,13 @@ pub async fn count(
 ) -> Result<Json<CountAnswer>, ApiError> {
     check_id("itemId", &item)?;
     let shard = app.topology.counter_shard(&item);
-    let rows = app
-        .session
-        .execute_unpaged(&app.stmts.count_read, (shard, &item))
-        .await?
-        .into_rows_result()
-        .map_err(crate::error::Error::from)?;
-    let row = rows
-        .maybe_first_row::<(Option<i64>, Option<CqlTimestamp>)>()
-        .map_err(crate::error::Error::from)?;
-    let (count, as_of) = row.unwrap_or((Some(0), None));
+    let (count, as_of) = app.store.counts.read(shard, &item).await?;
     Ok(Json(CountAnswer {
         item_id: item,
-        count: count.unwrap_or(0),
+        count,
         as_of: as_of.map(|t| {
             humantime::format_rfc3339_millis(
-                std::time::UNIX_EPOCH + std::time::Duration::from_millis(t.0.max(0) as u64),
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(t.max(0) as u64),
             )
             .to_string()
         }),
@@ -74,7 +64,7 @@ pub async fn liked(
         ));
     }
     let bucket = hash::bucket_of(&user, app.topology.buckets) as i32;
-    let edge = read_edge(&app.session, &app.stmts, &item, bucket, &user).await?;
+    let edge = app.store.edges.read(&item, bucket, &user).await?;
     Ok(Json(LikedAnswer {
         item_id: item,
         user_id: user,
@@ -144,21 +134,12 @@ pub async fn likers(
     let mut users = Vec::with_capacity(limit);
     while bucket < buckets {
         // Read past unliked rows in chunks; the state is not a key, so it is filtered here.
-        let rows = app
-            .session
-            .execute_unpaged(&app.stmts.likers_page, (&item, bucket, &after))
-            .await?
-            .into_rows_result()
-            .map_err(crate::error::Error::from)?;
+        let rows = app.store.edges.likers_chunk(&item, bucket, &after).await?;
         let mut read = 0;
-        for row in rows
-            .rows::<(String, Option<i8>)>()
-            .map_err(crate::error::Error::from)?
-        {
-            let (user, state) = row.map_err(crate::error::Error::from)?;
+        for (user, liked) in rows {
             read += 1;
             after = user.clone();
-            if state == Some(crate::schema::v1::EdgeState::Liked as i8) {
+            if liked {
                 users.push(user);
                 if users.len() == limit {
                     return Ok(Json(LikersPage {
@@ -218,7 +199,7 @@ pub async fn batch_get(
         let (item, user) = (item.clone(), user.clone());
         async move {
             let Json(c) = count(State(app.clone()), Path(item.clone())).await?;
-            let edge = read_edge(&app.session, &app.stmts, &item, bucket, &user).await?;
+            let edge = app.store.edges.read(&item, bucket, &user).await?;
             Ok::<_, ApiError>(BatchItem {
                 item_id: item,
                 count: c.count,

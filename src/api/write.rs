@@ -19,47 +19,18 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use prost::Message as _;
-use rdkafka::producer::FutureRecord;
-use scylla::client::session::Session;
-use scylla::statement::prepared::PreparedStatement;
-use scylla::statement::SerialConsistency;
-use scylla::value::{CqlTimestamp, CqlValue, Row};
+use scylla::value::{CqlTimestamp, CqlValue};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
 use super::{check_id, Actor, App};
-use crate::error::{Error, Result};
 use crate::hash;
 use crate::runtime::clock::now_ms;
-use crate::schema::v1::{EdgeState, LikeEvent, Source};
-
-/// Edges read per query while walking who-liked (unliked rows are skipped client-side).
-pub const LIKERS_CHUNK: usize = 200;
-
-/// Outbox partitions per minute; the relay walks each.
-pub const OUTBOX_SHARDS: u32 = 16;
-
-/// Outbox entries the relay reads from one (shard, minute) per pass.
-pub const OUTBOX_SCAN_LIMIT: usize = 1000;
-
-/// The outbox partition minute of a time.
-pub fn outbox_minute(ms: i64) -> i64 {
-    ms.div_euclid(60_000)
-}
-
-/// Before any entry is written, every shard's floor exists, so the relay never starts past
-/// an entry. A floor already there (set by another process, maybe long ago) is kept.
-pub async fn init_outbox_floors(session: &Session, s: &Statements) -> Result<()> {
-    let start = outbox_minute(now_ms()) - 1;
-    for shard in 0..OUTBOX_SHARDS as i32 {
-        session
-            .execute_unpaged(&s.floor_init, (shard, start))
-            .await?;
-    }
-    Ok(())
-}
+use crate::schema::v1::{EdgeState, Source};
+use crate::store::edges::Edge;
+use crate::store::not_applied;
+use crate::store::outbox::{outbox_minute, OUTBOX_SHARDS};
 
 /// The answer of a write, stored under its request key and replayed verbatim.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
@@ -71,145 +42,6 @@ pub struct WriteAnswer {
     /// Whether this request flipped the edge (false: it already was in that state).
     pub changed: bool,
     pub op_id: i64,
-}
-
-/// Every statement the API and the relay issue, prepared once at start.
-pub struct Statements {
-    claim: PreparedStatement,
-    answer: PreparedStatement,
-    by_user: PreparedStatement,
-    outbox_put: PreparedStatement,
-    pub(crate) outbox_del: PreparedStatement,
-    release: PreparedStatement,
-    edge_read: PreparedStatement,
-    edge_peek: PreparedStatement,
-    edge_insert: PreparedStatement,
-    edge_update: PreparedStatement,
-    pub(crate) count_read: PreparedStatement,
-    pub(crate) likers_page: PreparedStatement,
-    pub(crate) outbox_scan: PreparedStatement,
-    pub(crate) floor_read: PreparedStatement,
-    pub(crate) floor_set: PreparedStatement,
-    floor_init: PreparedStatement,
-    pub(crate) retraction_put: PreparedStatement,
-}
-
-impl Statements {
-    pub async fn prepare(session: &Session, ks: &str) -> Result<Self> {
-        let p = |q: String| async move {
-            session
-                .prepare(q.clone())
-                .await
-                .map_err(|e| Error::Schema(format!("prepare {q}: {e}")))
-        };
-        let edge_select = format!(
-            "SELECT state, op_id, updated_at, prev_at FROM {ks}.edges \
-             WHERE item_id = ? AND bucket = ? AND user_id = ?"
-        );
-        let mut edge_read = p(edge_select.clone()).await?;
-        // The actor's own reads and the read before a flip see every committed LWT.
-        edge_read.set_consistency(scylla::statement::Consistency::Serial);
-        let mut s = Self {
-            claim: p(format!(
-                "INSERT INTO {ks}.idempotency (user_id, key, fingerprint, status, created_at) \
-                 VALUES (?, ?, ?, 0, ?) IF NOT EXISTS"
-            ))
-            .await?,
-            // A plain write, not a third Paxos round: only the request that holds the claim
-            // writes `response`, and no conditional write sets that cell, so the claim's
-            // Paxos timestamp can never shadow it. A claim counts as answered once
-            // `response` is set (`status` stays the claim's 0).
-            answer: p(format!(
-                "UPDATE {ks}.idempotency SET response = ? WHERE user_id = ? AND key = ?"
-            ))
-            .await?,
-            by_user: p(format!(
-                "INSERT INTO {ks}.edges_by_user (user_id, item_id, created_at) VALUES (?, ?, ?)"
-            ))
-            .await?,
-            outbox_put: p(format!(
-                "INSERT INTO {ks}.outbox (shard, minute, item_id, user_id, entry, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            outbox_del: p(format!(
-                "DELETE FROM {ks}.outbox \
-                 WHERE shard = ? AND minute = ? AND item_id = ? AND user_id = ? AND entry = ?"
-            ))
-            .await?,
-            release: p(format!(
-                "DELETE FROM {ks}.idempotency WHERE user_id = ? AND key = ? IF response = null"
-            ))
-            .await?,
-            edge_read,
-            // A guess to aim the compare-and-set with: a stale guess only fails the CAS.
-            edge_peek: p(edge_select).await?,
-            edge_insert: p(format!(
-                "INSERT INTO {ks}.edges (item_id, bucket, user_id, state, op_id, updated_at, epoch) \
-                 VALUES (?, ?, ?, ?, 1, ?, 0) IF NOT EXISTS"
-            ))
-            .await?,
-            edge_update: p(format!(
-                "UPDATE {ks}.edges SET state = ?, op_id = ?, updated_at = ?, prev_at = ? \
-                 WHERE item_id = ? AND bucket = ? AND user_id = ? IF op_id = ?"
-            ))
-            .await?,
-            count_read: p(format!(
-                "SELECT count, as_of FROM {ks}.like_counts WHERE shard = ? AND item_id = ?"
-            ))
-            .await?,
-            likers_page: p(format!(
-                "SELECT user_id, state FROM {ks}.edges \
-                 WHERE item_id = ? AND bucket = ? AND user_id > ? LIMIT {LIKERS_CHUNK}"
-            ))
-            .await?,
-            // Bounded per pass; what is left waits for the next one.
-            outbox_scan: p(format!(
-                "SELECT item_id, user_id, entry, created_at FROM {ks}.outbox \
-                 WHERE shard = ? AND minute = ? LIMIT {OUTBOX_SCAN_LIMIT}"
-            ))
-            .await?,
-            floor_read: p(format!(
-                "SELECT minute FROM {ks}.outbox_floor WHERE shard = ?"
-            ))
-            .await?,
-            floor_set: p(format!(
-                "UPDATE {ks}.outbox_floor SET minute = ? WHERE shard = ?"
-            ))
-            .await?,
-            floor_init: p(format!(
-                "INSERT INTO {ks}.outbox_floor (shard, minute) VALUES (?, ?) IF NOT EXISTS"
-            ))
-            .await?,
-            retraction_put: p(format!(
-                "INSERT INTO {ks}.retractions (item_id, user_id, retracted_at, reason, request_key) \
-                 VALUES (?, ?, ?, ?, ?)"
-            ))
-            .await?,
-        };
-        for st in [
-            &mut s.claim,
-            &mut s.release,
-            &mut s.edge_insert,
-            &mut s.edge_update,
-            &mut s.floor_init,
-        ] {
-            st.set_serial_consistency(Some(SerialConsistency::Serial));
-        }
-        Ok(s)
-    }
-}
-
-/// An edge as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Edge {
-    pub liked: bool,
-    pub op_id: i64,
-    /// When the current state was set (its flip's event time).
-    pub updated_at_ms: i64,
-    /// The previous flip's event time; 0 when this is the first flip. Events carry it so
-    /// stage 1 can tell a first-seen edge's history (see the README's delta rule note).
-    pub prev_at_ms: i64,
 }
 
 /// `POST /v1/items/{itemId}/likes`: the session's user likes the item.
@@ -308,15 +140,10 @@ pub async fn write_as(
     key: &str,
     source: Source,
 ) -> std::result::Result<WriteAnswer, ApiError> {
-    let s = &app.stmts;
     let fp = fingerprint(item, liked);
     let now = now_ms();
     // Layer 1: the request key.
-    let claimed = app
-        .session
-        .execute_unpaged(&s.claim, (user, key, &fp, CqlTimestamp(now)))
-        .await?;
-    if let Some(existing) = not_applied(claimed)? {
+    if let Some(existing) = app.store.requests.claim(user, key, &fp, now).await? {
         let col = |n: &str| {
             existing
                 .iter()
@@ -362,7 +189,7 @@ pub async fn write_as(
         // Nothing changed: let a retry with this key run now instead of waiting for the
         // takeover. After a flip the claim is kept (answered, or taken over later): a re-run
         // after the user's next write would undo it.
-        let _ = app.session.execute_unpaged(&s.release, (user, key)).await;
+        let _ = app.store.requests.release(user, key).await;
     }
     done
 }
@@ -390,7 +217,7 @@ async fn act(
         liked,
         source,
     } = intent;
-    let s = &app.stmts;
+    let s = &app.store;
     let bucket = hash::bucket_of(user, app.topology.buckets) as i32;
     let shard = hash::partition_for(item.as_bytes(), OUTBOX_SHARDS) as i32;
     let minute = outbox_minute(now);
@@ -400,17 +227,14 @@ async fn act(
     let by_user = async {
         if liked {
             app.session
-                .execute_unpaged(&s.by_user, (user, item, CqlTimestamp(now)))
+                .execute_unpaged(&s.edges.by_user, (user, item, CqlTimestamp(now)))
                 .await?;
         }
         Ok::<_, ApiError>(())
     };
     let outbox = async {
-        app.session
-            .execute_unpaged(
-                &s.outbox_put,
-                (shard, minute, item, user, &entry, CqlTimestamp(now)),
-            )
+        s.outbox
+            .put((shard, minute), item, user, &entry, now)
             .await?;
         Ok::<_, ApiError>(())
     };
@@ -440,9 +264,7 @@ async fn act(
     };
     let body = serde_json::to_string(&answer).expect("answers serialize");
     let store = async {
-        app.session
-            .execute_unpaged(&s.answer, (&body, user, key))
-            .await?;
+        s.requests.answer(user, key, &body).await?;
         Ok::<_, ApiError>(())
     };
     if flipped_from {
@@ -453,15 +275,15 @@ async fn act(
             fail::fail_point!("api-after-flip-before-produce", |_| Err(
                 ApiError::Unavailable("injected: after the flip, before the produce".into())
             ));
-            publish(app, item, user, bucket, &edge, source).await
+            app.events
+                .publish(item, user, &edge, source)
+                .await
+                .map_err(|e| ApiError::Unavailable(format!("publishing the event: {e}")))
         };
         let (published, stored) = tokio::join!(published, store);
         published?;
         stored?;
-        let clear = app
-            .session
-            .execute_unpaged(&s.outbox_del, (shard, minute, item, user, &entry));
-        clear.await?;
+        s.outbox.delete((shard, minute), item, user, &entry).await?;
         return Ok(answer);
     }
     fail::fail_point!("api-before-outbox-clear", |_| Err(ApiError::Unavailable(
@@ -470,9 +292,7 @@ async fn act(
     // A no-op: nothing to publish. Both run to the end: a failed clear leaves an entry the
     // relay deletes unpublished, and must not stop the answer from being stored.
     let clear = async {
-        app.session
-            .execute_unpaged(&s.outbox_del, (shard, minute, item, user, &entry))
-            .await?;
+        s.outbox.delete((shard, minute), item, user, &entry).await?;
         Ok::<_, ApiError>(())
     };
     let (cleared, stored) = tokio::join!(clear, store);
@@ -498,7 +318,7 @@ async fn flip(
     now: i64,
     flipped: &AtomicBool,
 ) -> std::result::Result<(Edge, bool), ApiError> {
-    let (session, s) = (&*app.session, &app.stmts);
+    let (session, edges) = (&*app.session, &app.store.edges);
     let state = if liked {
         EdgeState::Liked
     } else {
@@ -507,7 +327,7 @@ async fn flip(
     let mut seen = if liked {
         None
     } else {
-        query_edge(session, &s.edge_peek, item, bucket, user).await?
+        edges.peek(item, bucket, user).await?
     };
     let mut certain = false;
     for _attempt in 0..16 {
@@ -517,7 +337,7 @@ async fn flip(
         };
         if already {
             if !certain {
-                seen = read_edge(session, s, item, bucket, user).await?;
+                seen = edges.read(item, bucket, user).await?;
                 certain = true;
                 continue;
             }
@@ -535,7 +355,7 @@ async fn flip(
             None => {
                 session
                     .execute_unpaged(
-                        &s.edge_insert,
+                        &edges.insert,
                         (item, bucket, user, state, CqlTimestamp(now)),
                     )
                     .await?
@@ -543,7 +363,7 @@ async fn flip(
             Some(e) => {
                 session
                     .execute_unpaged(
-                        &s.edge_update,
+                        &edges.update,
                         (
                             state,
                             e.op_id + 1,
@@ -571,130 +391,13 @@ async fn flip(
         };
         // A failed INSERT IF NOT EXISTS answers with the whole row as Paxos saw it; a failed
         // UPDATE IF only with op_id, so the rest is read at SERIAL.
-        seen = match (seen, edge_of_columns(&existing)) {
+        seen = match (seen, Edge::of_columns(&existing)) {
             (None, Some(row)) => Some(row),
-            _ => read_edge(session, s, item, bucket, user).await?,
+            _ => edges.read(item, bucket, user).await?,
         };
         certain = true;
     }
     Err(ApiError::Unavailable(
         "the edge kept changing under this request; retry".into(),
     ))
-}
-
-/// The edge in a failed `INSERT ... IF NOT EXISTS`'s answer (None without a state column).
-fn edge_of_columns(cols: &Columns) -> Option<Edge> {
-    let col = |n: &str| {
-        cols.iter()
-            .find(|(k, _)| k == n)
-            .and_then(|(_, v)| v.as_ref())
-    };
-    let ms = |n: &str| match col(n) {
-        Some(CqlValue::Timestamp(t)) => t.0,
-        _ => 0,
-    };
-    let state = match col("state")? {
-        CqlValue::TinyInt(v) => *v,
-        _ => return None,
-    };
-    Some(Edge {
-        liked: state == EdgeState::Liked as i8,
-        op_id: match col("op_id") {
-            Some(CqlValue::BigInt(v)) => *v,
-            _ => 0,
-        },
-        updated_at_ms: ms("updated_at"),
-        prev_at_ms: ms("prev_at"),
-    })
-}
-
-/// The edge at SERIAL consistency: every committed flip is visible.
-pub async fn read_edge(
-    session: &Session,
-    s: &Statements,
-    item: &str,
-    bucket: i32,
-    user: &str,
-) -> Result<Option<Edge>> {
-    query_edge(session, &s.edge_read, item, bucket, user).await
-}
-
-async fn query_edge(
-    session: &Session,
-    statement: &PreparedStatement,
-    item: &str,
-    bucket: i32,
-    user: &str,
-) -> Result<Option<Edge>> {
-    let rows = session
-        .execute_unpaged(statement, (item, bucket, user))
-        .await?
-        .into_rows_result()?;
-    type Stored = (
-        Option<i8>,
-        Option<i64>,
-        Option<CqlTimestamp>,
-        Option<CqlTimestamp>,
-    );
-    let row = rows.maybe_first_row::<Stored>()?;
-    Ok(row.map(|(state, op_id, at, prev)| Edge {
-        liked: state == Some(EdgeState::Liked as i8),
-        op_id: op_id.unwrap_or(0),
-        updated_at_ms: at.map(|t| t.0).unwrap_or(0),
-        prev_at_ms: prev.map(|t| t.0).unwrap_or(0),
-    }))
-}
-
-/// Produces the LikeEvent of a flip (key `item#bucket`, idempotent producer) and waits for
-/// the broker's acknowledgement.
-pub async fn publish(
-    app: &App,
-    item: &str,
-    user: &str,
-    bucket: i32,
-    edge: &Edge,
-    source: Source,
-) -> std::result::Result<(), ApiError> {
-    let event = LikeEvent {
-        item_id: item.to_string(),
-        user_id: user.to_string(),
-        bucket: bucket as u32,
-        op_id: edge.op_id as u64,
-        state: if edge.liked {
-            EdgeState::Liked
-        } else {
-            EdgeState::Unliked
-        } as i32,
-        event_time_ms: edge.updated_at_ms,
-        epoch: 0,
-        source: source as i32,
-        prev_event_time_ms: edge.prev_at_ms,
-    };
-    let key = hash::event_key(item, bucket as u32);
-    let payload = event.encode_to_vec();
-    app.producer
-        .send(
-            FutureRecord::to(&app.events_topic)
-                .key(&key)
-                .payload(&payload),
-            app.settings.kafka.request_timeout,
-        )
-        .await
-        .map_err(|(e, _)| ApiError::Unavailable(format!("publishing the event: {e}")))?;
-    Ok(())
-}
-
-/// A row as (column name, value) pairs.
-type Columns = Vec<(String, Option<CqlValue>)>;
-
-/// None when a conditional statement applied; otherwise the row it returned, by column.
-fn not_applied(result: scylla::response::query_result::QueryResult) -> Result<Option<Columns>> {
-    let rows = result.into_rows_result()?;
-    let names = crate::cql::column_names(&rows);
-    let row: Row = rows.single_row()?;
-    let cols: Columns = names.into_iter().zip(row.columns).collect();
-    let applied = cols
-        .iter()
-        .any(|(n, v)| n == "[applied]" && *v == Some(CqlValue::Boolean(true)));
-    Ok(if applied { None } else { Some(cols) })
 }

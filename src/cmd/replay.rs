@@ -232,7 +232,7 @@ pub async fn run_checked(
     group: &str,
     target: Target,
 ) -> Result<ReplayReport> {
-    let count = format!("{}{}", settings.kafka.topic_prefix, topology.groups.count);
+    let count = settings.group(&topology.groups.count);
     if group == count {
         let session = crate::cql::connect(&settings.cql).await?;
         let from = match target {

@@ -7,15 +7,13 @@
 //! line. The stages recover on restart (that is their design), so the right supervisor
 //! action is always "restart"; `/healthz` answers 503 when a stage is stuck, to ask for one.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
 use tracing::info;
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::runtime::metrics;
+use crate::runtime::shutdown::{self, Tasks};
 use crate::runtime::supervise::Health;
-use crate::runtime::{metrics, shutdown};
 use crate::topology::Topology;
 use crate::{count, dedupe};
 
@@ -44,51 +42,50 @@ fn health(settings: &Settings, stage: &'static str) -> Health {
     Health::new(stage, settings.metrics.stall_after)
 }
 
-async fn spawn_dedupe(
-    settings: &Settings,
-    topology: &Topology,
-    stop: Arc<AtomicBool>,
-    health: Health,
-) -> Result<dedupe::DedupeStats> {
-    let (s, t) = (settings.clone(), topology.clone());
-    tokio::task::spawn_blocking(move || dedupe::run(&s, &t, stop, health))
-        .await
-        .map_err(|e| Error::Config(format!("dedupe thread: {e}")))?
+/// Adds stage 1 to `tasks`, on a thread of its own (its transactional calls block).
+fn spawn_dedupe(tasks: &mut Tasks, settings: &Settings, topology: &Topology, health: Health) {
+    let (s, t, stop) = (settings.clone(), topology.clone(), tasks.token());
+    tasks.spawn_blocking("dedupe", move || {
+        let stats = dedupe::run(&s, &t, stop, health)?;
+        info!(?stats, "dedupe stopped");
+        Ok(())
+    });
+}
+
+/// Adds stage 2 to `tasks`.
+fn spawn_count(tasks: &mut Tasks, settings: &Settings, topology: &Topology, health: Health) {
+    let (s, t, stop) = (settings.clone(), topology.clone(), tasks.token());
+    tasks.spawn("count", async move {
+        let stats = count::run(&s, &t, stop, health).await?;
+        info!(?stats, "count stopped");
+        Ok(())
+    });
 }
 
 /// `likes dedupe`
 pub async fn run_dedupe(settings: &Settings, topology: &Topology) -> Result<()> {
     let h = health(settings, "dedupe");
     start_metrics(settings, vec![h.clone()]).await?;
-    let stats = spawn_dedupe(settings, topology, shutdown::flag_on_signal(), h).await?;
-    info!(?stats, "dedupe stopped");
-    Ok(())
+    let mut tasks = Tasks::new(shutdown::on_signal());
+    spawn_dedupe(&mut tasks, settings, topology, h);
+    tasks.join().await
 }
 
 /// `likes count`
 pub async fn run_count(settings: &Settings, topology: &Topology) -> Result<()> {
     let h = health(settings, "count");
     start_metrics(settings, vec![h.clone()]).await?;
-    let stats = count::run(settings, topology, shutdown::flag_on_signal(), h).await?;
-    info!(?stats, "count stopped");
-    Ok(())
+    let mut tasks = Tasks::new(shutdown::on_signal());
+    spawn_count(&mut tasks, settings, topology, h);
+    tasks.join().await
 }
 
-/// `likes topology`: both stages; either failing stops the other.
+/// `likes topology`: both stages; either ending stops the other, and both are joined.
 pub async fn run_topology(settings: &Settings, topology: &Topology) -> Result<()> {
     let (hd, hc) = (health(settings, "dedupe"), health(settings, "count"));
     start_metrics(settings, vec![hd.clone(), hc.clone()]).await?;
-    let stop = shutdown::flag_on_signal();
-    let dedupe = spawn_dedupe(settings, topology, stop.clone(), hd);
-    let count = count::run(settings, topology, stop.clone(), hc);
-    tokio::pin!(dedupe, count);
-    let first = tokio::select! {
-        r = &mut dedupe => ("dedupe", r.map(|_| ())),
-        r = &mut count => ("count", r.map(|_| ())),
-    };
-    stop.store(true, Ordering::Relaxed);
-    if let (stage, Err(e)) = first {
-        return Err(Error::Config(format!("{stage} failed: {e}")));
-    }
-    Ok(())
+    let mut tasks = Tasks::new(shutdown::on_signal());
+    spawn_dedupe(&mut tasks, settings, topology, hd);
+    spawn_count(&mut tasks, settings, topology, hc);
+    tasks.join().await
 }

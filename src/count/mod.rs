@@ -10,12 +10,10 @@
 pub mod sink;
 pub mod window;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message as _;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -24,9 +22,10 @@ use tracing::{info, warn};
 use crate::config::Settings;
 use crate::cql;
 use crate::error::Result;
-use crate::kafka::{self, Assignments, LogContext, StageContext};
+use crate::kafka::{self, LogContext, StageConsumer};
 use crate::runtime::metrics as m;
-use crate::runtime::supervise::{sleep_unless_stopped, Backoff, Health};
+use crate::runtime::shutdown::CancellationToken;
+use crate::runtime::supervise::{sleep_or_stop, Backoff, Health};
 use crate::schema::v1::{delta_record::Record, DeltaRecord};
 use crate::topology::Topology;
 use sink::{Sink, SinkStats};
@@ -44,12 +43,11 @@ fn parse_clock(metadata: &str) -> Option<i64> {
 /// One stage-2 worker.
 pub struct Count {
     settings: Settings,
-    consumer: BaseConsumer<StageContext>,
+    /// Its input, `likes.deltas`.
+    input: StageConsumer,
     dlq: BaseProducer<LogContext>,
-    assignments: Arc<Assignments>,
     windows: Windows,
     sink: Sink,
-    deltas_topic: String,
     dlq_topic: String,
     committed: Vec<(i32, ResumePoint)>,
     health: Health,
@@ -58,19 +56,14 @@ pub struct Count {
 
 impl Count {
     pub async fn new(settings: &Settings, topology: &Topology, health: Health) -> Result<Self> {
-        let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.count);
-        let assignments = Arc::new(Assignments::default());
-        let member = format!("{}-count", settings.instance_id());
-        let consumer: BaseConsumer<StageContext> =
-            kafka::stage_consumer_config(&settings.kafka, &group, &member).create_with_context(
-                StageContext {
-                    stage: "count",
-                    assignments: assignments.clone(),
-                    offset_resets: Default::default(),
-                },
-            )?;
-        let deltas_topic = settings.topic(&topology.topics.deltas.name);
-        consumer.subscribe(&[&deltas_topic])?;
+        let group = settings.group(&topology.groups.count);
+        let input = StageConsumer::subscribe(
+            settings,
+            "count",
+            (&group, &format!("{}-count", settings.instance_id())),
+            settings.topic(&topology.topics.deltas.name),
+            Default::default(),
+        )?;
         let dlq: BaseProducer<LogContext> =
             kafka::producer_config(&settings.kafka).create_with_context(LogContext)?;
         let session = cql::connect(&settings.cql).await?;
@@ -89,12 +82,10 @@ impl Count {
         info!(%group, "count started");
         Ok(Self {
             settings: settings.clone(),
-            consumer,
+            input,
             dlq,
-            assignments,
             windows: Windows::new(topology.window.as_millis() as i64),
             sink,
-            deltas_topic,
             dlq_topic: settings.topic(&topology.topics.dlq.name),
             committed: Vec::new(),
             health,
@@ -103,8 +94,8 @@ impl Count {
     }
 
     /// Runs until `stop` is set or an error ends this incarnation.
-    pub async fn run(&mut self, stop: &AtomicBool) -> Result<()> {
-        while !stop.load(Ordering::Relaxed) {
+    pub async fn run(&mut self, stop: &CancellationToken) -> Result<()> {
+        while !stop.is_cancelled() {
             self.round().await?;
         }
         Ok(())
@@ -120,7 +111,10 @@ impl Count {
         let mut idle = false;
         for read in 0..self.settings.count.max_batch {
             let polled = tokio::task::block_in_place(|| {
-                self.consumer.poll(wait).map(|r| r.map(|m| m.detach()))
+                self.input
+                    .consumer
+                    .poll(wait)
+                    .map(|r| r.map(|m| m.detach()))
             });
             self.handle_rebalance()?;
             match polled {
@@ -155,37 +149,26 @@ impl Count {
     }
 
     fn handle_rebalance(&mut self) -> Result<()> {
-        if self.assignments.is_empty() {
+        if self.input.assignments.is_empty() {
             return Ok(());
         }
         // In the order they happened: a partition assigned and revoked again within one
         // poll is never taken up.
         let (windows, committed) = (&mut self.windows, &mut self.committed);
-        let assigned = kafka::newly_assigned(self.assignments.take(), |p| {
-            windows.revoke(p);
-            committed.retain(|(q, _)| *q != p);
-        });
-        if assigned.is_empty() {
-            return Ok(());
-        }
-        let mut tpl = TopicPartitionList::new();
-        for &p in &assigned {
-            tpl.add_partition(&self.deltas_topic, p);
-        }
-        let committed = tokio::task::block_in_place(|| {
-            self.consumer
-                .committed_offsets(tpl, self.settings.kafka.request_timeout)
+        let input = &self.input;
+        let assigned = tokio::task::block_in_place(|| {
+            input.take_assigned(|p| {
+                windows.revoke(p);
+                committed.retain(|(q, _)| *q != p);
+            })
         })?;
-        for e in committed.elements() {
-            let resume = match e.offset() {
-                Offset::Offset(o) => Some(ResumePoint {
-                    offset: o,
-                    clock_ms: parse_clock(e.metadata()).unwrap_or(0),
-                }),
-                _ => None,
-            };
-            info!(partition = e.partition(), ?resume, "partition ready");
-            self.windows.assign(e.partition(), resume);
+        for r in assigned {
+            let resume = r.offset.map(|offset| ResumePoint {
+                offset,
+                clock_ms: parse_clock(&r.metadata).unwrap_or(0),
+            });
+            info!(partition = r.partition, ?resume, "partition ready");
+            self.windows.assign(r.partition, resume);
         }
         Ok(())
     }
@@ -240,7 +223,7 @@ impl Count {
             msg.key(),
             msg.payload(),
             &reason,
-            (&self.deltas_topic, msg.partition(), msg.offset()),
+            (&self.input.topic, msg.partition(), msg.offset()),
         );
         self.dlq.send(r).map_err(|(e, _)| e)?;
         // The dead letter must be durable before the offset that skips it is committed.
@@ -255,12 +238,12 @@ impl Count {
         }
         let mut tpl = TopicPartitionList::new();
         for (p, point) in &points {
-            tpl.add_partition_offset(&self.deltas_topic, *p, Offset::Offset(point.offset))?;
-            if let Some(mut e) = tpl.find_partition(&self.deltas_topic, *p) {
+            tpl.add_partition_offset(&self.input.topic, *p, Offset::Offset(point.offset))?;
+            if let Some(mut e) = tpl.find_partition(&self.input.topic, *p) {
                 e.set_metadata(clock_metadata(point.clock_ms));
             }
         }
-        tokio::task::block_in_place(|| self.consumer.commit(&tpl, CommitMode::Sync))?;
+        tokio::task::block_in_place(|| self.input.consumer.commit(&tpl, CommitMode::Sync))?;
         self.committed = points;
         Ok(())
     }
@@ -335,7 +318,7 @@ pub fn decode_record(payload: Option<&[u8]>) -> std::result::Result<Input, Strin
 pub async fn run(
     settings: &Settings,
     topology: &Topology,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     health: Health,
 ) -> Result<SinkStats> {
     let mut total = SinkStats::default();
@@ -354,9 +337,7 @@ pub async fn run(
         let Some(wait) = backoff.after("count", result, applied > 0, &stop)? else {
             break;
         };
-        let stop = stop.clone();
-        let slept = tokio::task::spawn_blocking(move || sleep_unless_stopped(wait, &stop));
-        if !slept.await.unwrap_or(false) {
+        if !sleep_or_stop(wait, &stop).await {
             break;
         }
     }

@@ -142,7 +142,7 @@ impl Sink {
             .create(true)
             .append(true)
             .open(path)
-            .map_err(|e| Error::Config(format!("count.audit_log {}: {e}", path.display())))?;
+            .map_err(Error::io(format!("count.audit_log {}", path.display())))?;
         self.audit = Some(std::sync::Mutex::new(f));
         Ok(())
     }
@@ -365,7 +365,7 @@ impl Sink {
         f.lock()
             .unwrap()
             .write_all(text.as_bytes())
-            .map_err(|e| Error::State(format!("audit log: {e}")))
+            .map_err(Error::io("writing the audit log"))
     }
 }
 
@@ -377,17 +377,12 @@ fn batch_answer(
     let rows = result.into_rows_result()?;
     let names = crate::cql::column_names(&rows);
     let at = |name: &str| names.iter().position(|n| n == name);
-    let (applied, item, count, last) = (
-        at("[applied]"),
-        at("item_id"),
-        at("count"),
-        at("last_window"),
-    );
+    let (item, count, last) = (at("item_id"), at("count"), at("last_window"));
     let mut current = HashMap::new();
     for row in rows.rows::<Row>()? {
         let row = row?;
         let col = |i: Option<usize>| i.and_then(|i| row.columns.get(i).cloned().flatten());
-        if let Some(CqlValue::Boolean(true)) = col(applied) {
+        if crate::records::lwt_applied(&names, &row.columns) == Some(true) {
             return Ok(None);
         }
         if let (Some(CqlValue::Text(i)), Some(CqlValue::BigInt(c)), Some(CqlValue::BigInt(w))) =
@@ -397,4 +392,86 @@ fn batch_answer(
         }
     }
     Ok(Some(current))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(pending: &[(i64, i64)], row: Option<Row2>, known: bool) -> Job {
+        Job {
+            item: "i".into(),
+            pending: pending.iter().map(|&(w, d)| (w, (d, w - 500))).collect(),
+            row,
+            known,
+            done: false,
+        }
+    }
+
+    #[test]
+    fn a_new_item_sums_every_window_and_fences_at_the_last() {
+        let mut stats = SinkStats::default();
+        let mut jobs = [job(&[(1_000, 2), (2_000, 3)], None, false)];
+        let p = plan(&mut jobs, &mut stats);
+        assert_eq!(p.len(), 1);
+        assert_eq!((p[0].next, p[0].top, p[0].fresh.len()), (5, 2_000, 2));
+        assert!(!p[0].clamped);
+    }
+
+    #[test]
+    fn windows_at_or_below_the_fence_are_skipped() {
+        let mut stats = SinkStats::default();
+        // The row has applied up to window 2000: only 3000 is new.
+        let mut jobs = [job(
+            &[(1_000, 2), (2_000, 3), (3_000, 4)],
+            Some((10, 2_000)),
+            true,
+        )];
+        let p = plan(&mut jobs, &mut stats);
+        assert_eq!((p[0].next, p[0].top), (14, 3_000));
+        assert_eq!(p[0].fresh.iter().map(|f| f.0).collect::<Vec<_>>(), [3_000]);
+    }
+
+    #[test]
+    fn a_known_row_past_every_window_is_done_without_a_write() {
+        let mut stats = SinkStats::default();
+        let mut jobs = [job(&[(1_000, 2), (2_000, 3)], Some((5, 2_000)), true)];
+        assert!(plan(&mut jobs, &mut stats).is_empty());
+        assert!(jobs[0].done);
+        assert_eq!(
+            stats.fence_skips, 2,
+            "a replayed window bounces off the fence"
+        );
+    }
+
+    #[test]
+    fn an_unknown_row_is_always_written_so_its_answer_tells_the_truth() {
+        // Not looked up yet: even with nothing fresh past a guessed row, the CAS is sent.
+        let mut stats = SinkStats::default();
+        let mut jobs = [job(&[(1_000, 2)], Some((2, 1_000)), false)];
+        let p = plan(&mut jobs, &mut stats);
+        assert_eq!(p.len(), 1);
+        assert_eq!((p[0].next, p[0].top, p[0].fresh.len()), (2, 1_000, 0));
+    }
+
+    #[test]
+    fn a_count_that_would_go_negative_is_clamped_at_zero() {
+        let mut stats = SinkStats::default();
+        let mut jobs = [job(&[(2_000, -3)], Some((1, 1_000)), true)];
+        let p = plan(&mut jobs, &mut stats);
+        assert_eq!(p[0].next, 0);
+        assert!(p[0].clamped);
+    }
+
+    #[test]
+    fn done_jobs_are_not_planned_again() {
+        let mut stats = SinkStats::default();
+        let mut jobs = [
+            job(&[(1_000, 1)], None, false),
+            job(&[(1_000, 1)], None, false),
+        ];
+        jobs[0].done = true;
+        let p = plan(&mut jobs, &mut stats);
+        assert_eq!(p.iter().map(|p| p.job).collect::<Vec<_>>(), [1]);
+    }
 }

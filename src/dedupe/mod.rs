@@ -14,31 +14,33 @@ pub mod event;
 pub mod recovery;
 pub mod rule;
 pub mod state;
+mod txn;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prost::Message as _;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::Offset;
 use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
-use crate::kafka::{self, Assignments, LogContext, StageContext};
+use crate::kafka::{self, LogContext, StageConsumer};
 use crate::runtime::clock::now_ms;
 use crate::runtime::metrics as m;
+use crate::runtime::shutdown::CancellationToken;
 use crate::runtime::supervise::{sleep_unless_stopped, Backoff, Health};
 use crate::schema::v1::{delta_record, Delta, DeltaRecord, Tick};
 use crate::topology::Topology;
 use recovery::{offset_metadata, Committed};
 use rule::{EdgeVersion, Verdict};
 use state::{edge_key, EdgeStore, PartitionMark, EMITTED_KEY};
+use txn::{is_abortable, Phases};
 
 /// Counters of one stage-1 process, read by tests and exported as metrics.
 #[derive(Debug, Default, Clone)]
@@ -62,21 +64,20 @@ pub struct DedupeStats {
 pub struct Dedupe {
     settings: Settings,
     topology: Topology,
-    consumer: BaseConsumer<StageContext>,
+    /// Its input, `likes.events`.
+    input: StageConsumer,
     producer: BaseProducer<LogContext>,
     store: EdgeStore,
-    assignments: Arc<Assignments>,
     offset_resets: Arc<AtomicU64>,
     /// Per owned, recovered partition: its mark as last committed.
     marks: HashMap<i32, PartitionMark>,
-    events_topic: String,
     deltas_topic: String,
     dlq_topic: String,
     changelog_topic: String,
     deltas_partitions: i32,
     last_tick: Instant,
     health: Health,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     pub stats: DedupeStats,
 }
 
@@ -107,20 +108,11 @@ impl Dedupe {
         settings: &Settings,
         topology: &Topology,
         health: Health,
-        stop: Arc<AtomicBool>,
+        stop: CancellationToken,
     ) -> Result<Self> {
         let instance = settings.instance_id();
-        let events_topic = settings.topic(&topology.topics.events.name);
-        let group = format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe);
-        let assignments = Arc::new(Assignments::default());
+        let group = settings.group(&topology.groups.dedupe);
         let offset_resets = Arc::new(AtomicU64::new(0));
-        let consumer: BaseConsumer<StageContext> =
-            kafka::stage_consumer_config(&settings.kafka, &group, &format!("{instance}-dedupe"))
-                .create_with_context(StageContext {
-                    stage: "dedupe",
-                    assignments: assignments.clone(),
-                    offset_resets: offset_resets.clone(),
-                })?;
         let producer: BaseProducer<LogContext> = kafka::producer_config(&settings.kafka)
             .set("transactional.id", format!("{group}-{instance}"))
             // Right after a commit the coordinator answers the next transaction's offset
@@ -146,28 +138,32 @@ impl Dedupe {
         producer.init_transactions(settings.kafka.request_timeout)?;
         // Per group and instance: two instances sharing a volume never open the same RocksDB.
         let dir = settings.dedupe.state_dir.join(&group).join(&instance);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::State(format!("create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
         let store = EdgeStore::open(
             &dir,
             topology.dedupe_ttl.as_millis() as i64,
             settings.dedupe.block_cache_mb << 20,
         )?;
-        consumer.subscribe(&[&events_topic])?;
+        // Subscribed last: no partition is assigned to an incarnation that could not start.
+        let input = StageConsumer::subscribe(
+            settings,
+            "dedupe",
+            (&group, &format!("{instance}-dedupe")),
+            settings.topic(&topology.topics.events.name),
+            offset_resets.clone(),
+        )?;
         info!(%group, %instance, state = %dir.display(), "dedupe started");
         Ok(Self {
             settings: settings.clone(),
             topology: topology.clone(),
-            consumer,
+            input,
             producer,
             store,
-            assignments,
             offset_resets,
             marks: HashMap::new(),
             deltas_topic: settings.topic(&topology.topics.deltas.name),
             dlq_topic: settings.topic(&topology.topics.dlq.name),
             changelog_topic: settings.topic(&topology.topics.dedupe_changelog.name),
-            events_topic,
             deltas_partitions: topology.topics.deltas.partitions,
             last_tick: Instant::now() - topology.tick_interval,
             health,
@@ -179,7 +175,7 @@ impl Dedupe {
     /// Runs until `stop` is set or an error ends this incarnation.
     pub fn run(&mut self) -> Result<()> {
         let result = (|| {
-            while !self.stop.load(Ordering::Relaxed) {
+            while !self.stop.is_cancelled() {
                 self.turn()?;
             }
             self.store.flush()
@@ -197,7 +193,7 @@ impl Dedupe {
         let mut batch = Batch::default();
         let mut pending_msgs = Vec::new();
         let mut phase = Phases::start();
-        let mut next = self.consumer.poll(wait);
+        let mut next = self.input.consumer.poll(wait);
         if next.is_none() {
             // Nothing waiting: caught up (or the broker away, which a restart cannot fix).
             self.health.beat();
@@ -213,7 +209,7 @@ impl Dedupe {
             if pending_msgs.len() >= self.settings.dedupe.max_batch {
                 break;
             }
-            next = self.consumer.poll(Duration::ZERO);
+            next = self.input.consumer.poll(Duration::ZERO);
         }
         phase.lap("poll");
         self.handle_rebalance()?;
@@ -248,13 +244,13 @@ impl Dedupe {
             Ok(()) => {}
             // Stopping (possibly with a commit's outcome unknown): leave it to the next start's
             // recovery; an abort now would only conflict with the commit still under way.
-            Err(e) if self.stop.load(Ordering::Relaxed) => return Err(e),
+            Err(e) if self.stop.is_cancelled() => return Err(e),
             Err(e) if e.is_retryable() || is_abortable(&e) => {
                 warn!(error = %e, "transaction failed; aborting and re-reading the batch");
                 self.abort()?;
                 for (&p, &(first, _)) in &batch.offsets {
-                    self.consumer.seek(
-                        &self.events_topic,
+                    self.input.consumer.seek(
+                        &self.input.topic,
                         p,
                         Offset::Offset(first),
                         self.settings.kafka.request_timeout,
@@ -290,30 +286,17 @@ impl Dedupe {
     /// still newly assigned. A partition revoked again before this runs is never processed.
     fn handle_rebalance(&mut self) -> Result<()> {
         let marks = &mut self.marks;
-        let pending = kafka::newly_assigned(self.assignments.take(), |p| {
-            marks.remove(&p);
-        });
-        if pending.is_empty() {
+        let parts: Vec<(i32, Committed)> = self
+            .input
+            .take_assigned(|p| {
+                marks.remove(&p);
+            })?
+            .into_iter()
+            .map(|r| (r.partition, Committed::parse(r.offset, &r.metadata)))
+            .collect();
+        if parts.is_empty() {
             return Ok(());
         }
-        let mut tpl = TopicPartitionList::new();
-        for &p in &pending {
-            tpl.add_partition(&self.events_topic, p);
-        }
-        let committed = self
-            .consumer
-            .committed_offsets(tpl, self.settings.kafka.request_timeout)?;
-        let parts: Vec<(i32, Committed)> = committed
-            .elements()
-            .iter()
-            .map(|e| {
-                let offset = match e.offset() {
-                    Offset::Offset(o) => Some(o),
-                    _ => None,
-                };
-                (e.partition(), Committed::parse(offset, e.metadata()))
-            })
-            .collect();
         for (p, r, mark) in recovery::recover_partitions(
             &self.settings,
             &self.changelog_topic,
@@ -407,243 +390,6 @@ impl Dedupe {
         }
         Ok(())
     }
-
-    fn commit(
-        &mut self,
-        batch: &Batch,
-        marks: &BTreeMap<i32, PartitionMark>,
-        tick: bool,
-    ) -> Result<()> {
-        let timeout = self.settings.kafka.request_timeout;
-        let mut t = Phases::start();
-        self.producer.begin_transaction()?;
-        for d in &batch.dead {
-            let r = kafka::dead_letter(
-                &self.dlq_topic,
-                d.key.as_deref(),
-                d.payload.as_deref(),
-                &d.reason,
-                (&self.events_topic, d.partition, d.offset),
-            );
-            send(&self.producer, r)?;
-            warn!(partition = d.partition, offset = d.offset, reason = %d.reason, "dead letter");
-            self.stats.dead_letters += 1;
-            metrics::counter!(m::DLQ_RECORDS, "stage" => "dedupe").increment(1);
-        }
-        for (item, &(delta, event_time_ms, events)) in &batch.items {
-            if delta == 0 {
-                continue;
-            }
-            let value = DeltaRecord {
-                record: Some(delta_record::Record::Delta(Delta {
-                    item_id: item.clone(),
-                    delta,
-                    event_time_ms,
-                    events,
-                })),
-            }
-            .encode_to_vec();
-            send(
-                &self.producer,
-                BaseRecord::to(&self.deltas_topic)
-                    .key(item.as_bytes())
-                    .payload(&value),
-            )?;
-            self.stats.deltas_out += 1;
-            metrics::counter!(m::DELTAS_OUT).increment(1);
-        }
-        for (key, (version, partition)) in &batch.edges {
-            let value = state::encode_version(version);
-            send(
-                &self.producer,
-                BaseRecord::to(&self.changelog_topic)
-                    .partition(*partition)
-                    .key(key.as_slice())
-                    .payload(&value[..]),
-            )?;
-        }
-        if tick {
-            let value = DeltaRecord {
-                record: Some(delta_record::Record::Tick(Tick {
-                    produced_at_ms: now_ms(),
-                })),
-            }
-            .encode_to_vec();
-            for p in 0..self.deltas_partitions {
-                send(
-                    &self.producer,
-                    BaseRecord::<[u8], _>::to(&self.deltas_topic)
-                        .partition(p)
-                        .payload(&value),
-                )?;
-            }
-        }
-        t.lap("commit_send");
-        // Each partition's emitted-up-to offset travels with its state (the changelog
-        // marker) and with its offset (the metadata), in this transaction.
-        for (&p, mark) in marks {
-            let value = mark.emitted.to_be_bytes();
-            send(
-                &self.producer,
-                BaseRecord::to(&self.changelog_topic)
-                    .partition(p)
-                    .key(EMITTED_KEY)
-                    .payload(&value[..]),
-            )?;
-        }
-        if !batch.offsets.is_empty() {
-            let mut tpl = TopicPartitionList::new();
-            for (&p, mark) in marks {
-                tpl.add_partition_offset(&self.events_topic, p, Offset::Offset(mark.offset))?;
-                if let Some(mut e) = tpl.find_partition(&self.events_topic, p) {
-                    e.set_metadata(offset_metadata(mark.emitted, &mark.token));
-                }
-            }
-            let meta = self
-                .consumer
-                .group_metadata()
-                .ok_or_else(|| Error::Config("consumer has no group metadata".into()))?;
-            self.producer
-                .send_offsets_to_transaction(&tpl, &meta, timeout)?;
-        }
-        // Fault-test hooks at the narrow moments, armed only for batches that carry events.
-        if !batch.offsets.is_empty() {
-            fail::fail_point!("dedupe-before-commit", |_| Err(Error::Injected(
-                "dedupe-before-commit"
-            )));
-        }
-        t.lap("commit_offsets");
-        let first = if batch.offsets.is_empty() {
-            timeout
-        } else {
-            first_commit_timeout(timeout)
-        };
-        self.finish_commit(first, timeout)?;
-        t.lap("commit_end");
-        if !batch.offsets.is_empty() {
-            fail::fail_point!("dedupe-after-commit");
-        }
-        Ok(())
-    }
-}
-
-impl Dedupe {
-    /// Commits the open transaction. A commit call that returns a retriable error (a timeout,
-    /// the coordinator unreachable) leaves the outcome unknown: the coordinator may already
-    /// have committed. It is resumed by calling commit again (librdkafka: "this call is
-    /// resumable when a retriable timeout error is returned"), never aborted: an abort and a
-    /// re-read of the batch would emit its deltas a second time if the first commit landed.
-    /// Abortable and fatal errors go back to the caller.
-    fn finish_commit(&mut self, first: Duration, timeout: Duration) -> Result<()> {
-        use rdkafka::error::KafkaError;
-        let started = Instant::now();
-        // The client's commit flushes first; flushing here with the full timeout keeps a
-        // short first call (the fault test's) for the commit request itself.
-        self.producer.flush(timeout)?;
-        let mut call = first;
-        loop {
-            let resumable = match self.producer.commit_transaction(call) {
-                Ok(()) => return Ok(()),
-                Err(KafkaError::Transaction(e))
-                    if e.is_retriable() && !e.txn_requires_abort() && !e.is_fatal() =>
-                {
-                    e.to_string()
-                }
-                // The records were not all acknowledged yet: nothing was decided; go on.
-                Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {
-                    "flush timed out".to_string()
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if self.stop.load(Ordering::Relaxed) {
-                // Safe to leave: the state was not written, and whichever way the commit
-                // went, the next start recovers from the committed position.
-                return Err(Error::Timeout(
-                    started.elapsed(),
-                    format!("stopping with a transaction's commit outcome unknown ({resumable})"),
-                ));
-            }
-            self.stats.commits_resumed += 1;
-            metrics::counter!(m::COMMITS_RESUMED).increment(1);
-            warn!(error = %resumable, waited_ms = started.elapsed().as_millis() as u64,
-                "the transaction's commit has an unknown outcome; resuming it (an abort could not undo a commit that already landed)");
-            call = timeout;
-        }
-    }
-}
-
-impl Dedupe {
-    /// Aborts the open transaction. An abort that times out is still under way, and calling
-    /// it again resumes it (librdkafka: "this call is resumable"); calling anything else
-    /// meanwhile fails with "Conflicting ... API call is already in progress", forever. So
-    /// it is called until it completes, for at most the transaction timeout and two request
-    /// timeouts (by then the coordinator has aborted the transaction itself); past that, or
-    /// on a fatal error, the error ends this incarnation and a new producer fences the old.
-    fn abort(&mut self) -> Result<()> {
-        use rdkafka::error::KafkaError;
-        let timeout = self.settings.kafka.request_timeout;
-        let limit = self.settings.dedupe.transaction_timeout + timeout * 2;
-        let started = Instant::now();
-        loop {
-            match self.producer.abort_transaction(timeout) {
-                Ok(()) => return Ok(()),
-                // Another transactional call is still the current one: no abort can finish;
-                // a new incarnation's producer fences it instead.
-                Err(KafkaError::Transaction(e))
-                    if matches!(
-                        e.code(),
-                        RDKafkaErrorCode::Conflict | RDKafkaErrorCode::PreviousInProgress
-                    ) =>
-                {
-                    return Err(KafkaError::Transaction(e).into())
-                }
-                Err(KafkaError::Transaction(e))
-                    if e.is_retriable()
-                        && !e.is_fatal()
-                        && started.elapsed() < limit
-                        && !self.stop.load(Ordering::Relaxed) =>
-                {
-                    warn!(error = %e, "the abort is still under way; resuming it");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-}
-
-/// Times the phases of one loop turn into [`m::TURN_SECONDS`].
-struct Phases(Instant);
-
-impl Phases {
-    fn start() -> Self {
-        Phases(Instant::now())
-    }
-    fn lap(&mut self, phase: &'static str) {
-        let now = Instant::now();
-        metrics::histogram!(m::TURN_SECONDS, "phase" => phase)
-            .record(now.duration_since(self.0).as_secs_f64());
-        self.0 = now;
-    }
-}
-
-/// The timeout of a transaction's first commit call. A fault test shrinks it, so the call
-/// returns while the commit is still under way: its outcome unknown to the stage, as when
-/// the coordinator's answer is lost.
-fn first_commit_timeout(timeout: Duration) -> Duration {
-    // 0 ms: the call cannot wait for the coordinator's answer, so it always returns first.
-    fail::fail_point!("dedupe-commit-outcome-unknown", |_| Duration::ZERO);
-    timeout
-}
-
-/// Whether librdkafka says the transaction can be aborted and retried.
-fn is_abortable(e: &Error) -> bool {
-    match e {
-        Error::Kafka(rdkafka::error::KafkaError::Transaction(r)) => {
-            !r.is_fatal() && (r.txn_requires_abort() || r.is_retriable())
-        }
-        _ => false,
-    }
 }
 
 /// Enqueues a record, serving delivery callbacks while the local queue is full.
@@ -673,7 +419,7 @@ fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?S
 pub fn run(
     settings: &Settings,
     topology: &Topology,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     health: Health,
 ) -> Result<DedupeStats> {
     let mut total = DedupeStats::default();

@@ -150,10 +150,7 @@ impl EdgeStore {
     /// The remembered version of an edge, unless it has expired by `now` (Unix ms; passed
     /// in because reading the clock per lookup showed up in the profile).
     pub fn get(&self, key: &[u8], now: i64) -> Result<Option<EdgeVersion>> {
-        let v = self
-            .db
-            .get_pinned(key)
-            .map_err(|e| Error::State(e.to_string()))?;
+        let v = self.db.get_pinned(key).map_err(Error::from)?;
         Ok(v.and_then(|b| decode_version(&b))
             .filter(|v| !expired(v.event_time_ms, now, self.horizon_ms)))
     }
@@ -165,10 +162,7 @@ impl EdgeStore {
 
     /// What partition `p`'s local state says of itself, if it has any.
     pub fn mark(&self, partition: i32) -> Result<Option<PartitionMark>> {
-        let v = self
-            .db
-            .get(offset_key(partition))
-            .map_err(|e| Error::State(e.to_string()))?;
+        let v = self.db.get(offset_key(partition)).map_err(Error::from)?;
         Ok(v.and_then(|b| PartitionMark::decode(&b)))
     }
 
@@ -193,9 +187,7 @@ impl EdgeStore {
         // No WAL: edges and the marks they reflect share every batch, so a crash that loses
         // unflushed writes loses both together; the partition's mark then disagrees with
         // Kafka's and recovery rebuilds it from the changelog. Durability lives in Kafka.
-        self.db
-            .write_opt(batch, &no_wal())
-            .map_err(|e| Error::State(e.to_string()))
+        self.db.write_opt(batch, &no_wal()).map_err(Error::from)
     }
 
     /// Merges a changelog entry: keeps whichever version has the higher op_id.
@@ -214,9 +206,7 @@ impl EdgeStore {
 
     /// Writes a batch built by [`Self::merge_restored`].
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
-        self.db
-            .write_opt(batch, &no_wal())
-            .map_err(|e| Error::State(e.to_string()))
+        self.db.write_opt(batch, &no_wal()).map_err(Error::from)
     }
 
     /// RocksDB's own memory by kind (memtables, block cache, table readers' indexes and
@@ -232,7 +222,7 @@ impl EdgeStore {
 
     /// Flushes memtables to disk (on a clean stop, so the next start need not restore).
     pub fn flush(&self) -> Result<()> {
-        self.db.flush().map_err(|e| Error::State(e.to_string()))
+        self.db.flush().map_err(Error::from)
     }
 }
 

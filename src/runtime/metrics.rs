@@ -97,7 +97,7 @@ pub async fn install(addr: SocketAddr, health: Vec<Health>) -> Result<()> {
         .route("/readyz", get(live));
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| Error::Config(format!("metrics.listen {addr}: {e}")))?;
+        .map_err(Error::io(format!("binding metrics.listen {addr}")))?;
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "the metrics and health endpoint stopped");

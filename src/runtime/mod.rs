@@ -42,6 +42,24 @@ impl Boot {
     }
 }
 
+/// The exit of a command: 0, or its error in one line on stderr and 1. Causes are added
+/// unless the message already says them (ours carry their cause in their message).
+pub fn exit(program: &str, result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let mut line = e.to_string();
+            for cause in e.chain().skip(1).map(|c| c.to_string()) {
+                if !line.contains(&cause) {
+                    line = format!("{line}: {cause}");
+                }
+            }
+            eprintln!("{program}: error: {line}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Prints a command's result to stdout; a closed pipe (`likes config | head`) is not an error.
 pub fn out(text: &str) {
     use std::io::Write;

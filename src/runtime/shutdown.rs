@@ -1,9 +1,14 @@
-//! How a process learns it should stop: SIGINT or SIGTERM, once, for every task.
+//! How a process stops: one cancellation token, cancelled on SIGINT or SIGTERM, that every
+//! task checks (stage 1's blocking loop between batches included), and named tasks that are
+//! joined before the process exits, so none is cut off mid-batch.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::future::Future;
 
-use tracing::info;
+use tokio::task::JoinSet;
+pub use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::error::{Error, Result};
 
 /// Resolves on SIGINT or SIGTERM.
 pub async fn signal() {
@@ -16,14 +21,77 @@ pub async fn signal() {
     info!("signal received: finishing what is in flight");
 }
 
-/// A flag set on SIGINT or SIGTERM, for loops (and stage 1's blocking thread) that check it
-/// between batches.
-pub fn flag_on_signal() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+/// A token cancelled on SIGINT or SIGTERM: the root of the process's tree.
+pub fn on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
     tokio::spawn(async move {
         signal().await;
-        flag.store(true, Ordering::Relaxed);
+        t.cancel();
     });
-    stop
+    token
+}
+
+/// Named tasks under one token. The first to end, with an error or not, cancels the others;
+/// [`Tasks::join`] then waits for all of them and names the one that failed.
+pub struct Tasks {
+    token: CancellationToken,
+    set: JoinSet<(&'static str, Result<()>)>,
+}
+
+impl Tasks {
+    pub fn new(token: CancellationToken) -> Self {
+        Self {
+            token,
+            set: JoinSet::new(),
+        }
+    }
+
+    /// The token the tasks stop on.
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    pub fn spawn(
+        &mut self,
+        name: &'static str,
+        task: impl Future<Output = Result<()>> + Send + 'static,
+    ) {
+        self.set.spawn(async move { (name, task.await) });
+    }
+
+    /// A task on a thread of its own (it blocks: stage 1's transactional calls).
+    pub fn spawn_blocking(
+        &mut self,
+        name: &'static str,
+        task: impl FnOnce() -> Result<()> + Send + 'static,
+    ) {
+        self.set.spawn_blocking(move || (name, task()));
+    }
+
+    /// Waits for every task. Returns the first error, named after its task.
+    pub async fn join(mut self) -> Result<()> {
+        let mut first: Option<Error> = None;
+        while let Some(joined) = self.set.join_next().await {
+            self.token.cancel();
+            let (name, result) = match joined {
+                Ok(r) => r,
+                Err(e) => (
+                    "a task",
+                    Err(Error::State(format!("it panicked or was aborted: {e}"))),
+                ),
+            };
+            match result {
+                Ok(()) => info!(task = name, "stopped"),
+                Err(e) => {
+                    warn!(task = name, error = %e, "ended with an error; stopping the others");
+                    first.get_or_insert(Error::Stage {
+                        stage: name,
+                        source: Box::new(e),
+                    });
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
 }

@@ -7,7 +7,9 @@
 //! starting over in-process, which is what a restart would do anyway: every stage recovers
 //! from its committed position by design.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use super::shutdown::CancellationToken;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +23,11 @@ pub fn is_fatal(e: &Error) -> bool {
     match e {
         Error::Kafka(K::ClientConfig(..) | K::ClientCreation(_) | K::Subscription(_)) => true,
         Error::Kafka(_) | Error::Timeout(..) => false,
-        Error::CqlConnect(_) | Error::CqlExecution(_) | Error::CqlTransient(_) => false,
+        Error::CqlConnect(_)
+        | Error::CqlExecution(_)
+        | Error::CqlPaging(_)
+        | Error::CqlNextRow(_)
+        | Error::CqlTransient(_) => false,
         _ => true,
     }
 }
@@ -63,14 +69,14 @@ impl Backoff {
         stage: &'static str,
         result: Result<()>,
         progressed: bool,
-        stop: &AtomicBool,
+        stop: &CancellationToken,
     ) -> Result<Option<Duration>> {
         let e = match result {
             Ok(()) => return Ok(None),
             Err(e) if is_fatal(&e) => return Err(e),
             Err(e) => e,
         };
-        if stop.load(Ordering::Relaxed) {
+        if stop.is_cancelled() {
             tracing::warn!(stage, error = %e, "stopping: the last batch did not finish");
             return Ok(None);
         }
@@ -85,16 +91,47 @@ impl Backoff {
     }
 }
 
-/// Sleeps `d` in short slices; returns early (false) once `stop` is set.
-pub fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
+/// Runs `connect` until it succeeds, waiting out a store or broker that is restarting (the
+/// backoff above, a warn line each) instead of exiting into a crash loop; what no wait can
+/// fix (configuration, schema, topology) is returned at once.
+pub async fn connect_patiently<T, F, Fut>(what: &str, mut connect: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut backoff = Backoff::default();
+    loop {
+        match connect().await {
+            Ok(t) => return Ok(t),
+            Err(e) if e.is_retryable() => {
+                let wait = backoff.wait();
+                tracing::warn!(error = %e, retry_in = ?wait, "{what}: a dependency is not answering yet");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sleeps `d` in short slices on a blocking thread; returns early (false) once `stop` is
+/// cancelled.
+pub fn sleep_unless_stopped(d: Duration, stop: &CancellationToken) -> bool {
     let until = Instant::now() + d;
     while Instant::now() < until {
-        if stop.load(Ordering::Relaxed) {
+        if stop.is_cancelled() {
             return false;
         }
         std::thread::sleep(Duration::from_millis(100).min(until - Instant::now()));
     }
-    !stop.load(Ordering::Relaxed)
+    !stop.is_cancelled()
+}
+
+/// Sleeps `d`; returns early (false) once `stop` is cancelled.
+pub async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => !stop.is_cancelled(),
+        _ = stop.cancelled() => false,
+    }
 }
 
 /// A stage's liveness. The stage beats when it commits input or finds none waiting; a

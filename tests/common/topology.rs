@@ -2,20 +2,18 @@
 //! two stages run in this process (fault tests run them as child processes instead).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use prost::Message;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use likes::config::Settings;
-use likes::schema::v1::{EdgeState, LikeEvent, Source};
+use likes::runtime::shutdown::CancellationToken;
+use likes::schema::v1::Source;
 use likes::topology::Topology;
-use likes::{cmd, count, cql, dedupe, hash, kafka};
+use likes::{cmd, count, cql, dedupe, kafka};
 
 /// A scripted stream: the records to produce (key, value) and each item's true count.
 pub struct Script {
@@ -55,6 +53,8 @@ pub fn script_of(
     (prefix, user_prefix): (&str, &str),
     base_ms: i64,
 ) -> Script {
+    // The tests' topology is the embedded one; its bucket count places every user.
+    let buckets = likes::topology::Topology::load(None).unwrap().buckets;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut truth = BTreeMap::new();
     let mut per_key: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
@@ -68,8 +68,6 @@ pub fn script_of(
                 continue;
             }
             let user = format!("{user_prefix}-{u}");
-            let bucket = hash::bucket_of(&user, 64);
-            let key = hash::event_key(&item, bucket);
             if n % 2 == 1 {
                 *truth.get_mut(&item).unwrap() += 1;
             }
@@ -80,24 +78,19 @@ pub fn script_of(
                     continue;
                 }
                 let t = base_ms + (op as i64) * 100;
-                let e = LikeEvent {
-                    item_id: item.clone(),
-                    user_id: user.clone(),
+                let (key, payload) = likes::records::Flip {
+                    item: &item,
+                    user: &user,
                     op_id: op,
-                    state: if op % 2 == 1 {
-                        EdgeState::Liked
-                    } else {
-                        EdgeState::Unliked
-                    } as i32,
+                    liked: op % 2 == 1,
                     event_time_ms: t,
-                    epoch: 0,
-                    bucket,
-                    source: Source::Test as i32,
                     prev_event_time_ms: if op > 1 { t - 100 } else { 0 },
-                };
+                    source: Source::Test,
+                }
+                .record(buckets);
                 flips += 1;
                 for _ in 0..rng.random_range(1..=3) {
-                    events.push((key.clone(), e.encode_to_vec()));
+                    events.push((key.clone(), payload.clone()));
                 }
             }
             // Local reorder: swap a few neighbours.
@@ -106,7 +99,9 @@ pub fn script_of(
                 let k = (j + 1).min(events.len() - 1);
                 events.swap(j, k);
             }
-            per_key.entry(key).or_default().extend(events);
+            if let Some((key, _)) = events.first() {
+                per_key.entry(key.clone()).or_default().extend(events);
+            }
         }
     }
     // Interleave keys, keeping each key's (already reordered) sequence.
@@ -191,13 +186,13 @@ pub fn nonzero(m: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
 
 /// Both stages running in this process.
 pub struct Running {
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     dedupe: tokio::task::JoinHandle<likes::Result<dedupe::DedupeStats>>,
     count: tokio::task::JoinHandle<likes::Result<count::sink::SinkStats>>,
 }
 
 pub fn start(settings: &Settings, topology: &Topology) -> Running {
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = CancellationToken::new();
     let (s, t, st) = (settings.clone(), topology.clone(), stop.clone());
     let health =
         |stage| likes::runtime::supervise::Health::new(stage, settings.metrics.stall_after);
@@ -225,7 +220,7 @@ impl Running {
     }
 
     pub async fn stop(self) -> (dedupe::DedupeStats, count::sink::SinkStats) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.cancel();
         let d = self.dedupe.await.unwrap().unwrap();
         let c = self.count.await.unwrap().unwrap();
         (d, c)

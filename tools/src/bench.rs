@@ -28,23 +28,48 @@ use tracing::info;
 use crate::procs::{self, stop, Proc};
 use anyhow::{anyhow, Result};
 use likes::config::Settings;
+use likes::kafka;
 use likes::runtime::metrics as m;
-use likes::schema::v1::{EdgeState, LikeEvent, Source};
+use likes::schema::v1::{LikeEvent, Source};
+use likes::store::counts::Counts;
 use likes::topology::Topology;
-use likes::{cmd, cql, hash, kafka};
 
 /// The start of the live phase that is not measured.
 const LIVE_WARMUP: Duration = Duration::from_secs(5);
 
-/// Knobs of one run.
-#[derive(Debug, Clone)]
+/// Knobs of one run (`likes-tools bench topology`).
+#[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
+    /// Events in the backlog.
+    #[arg(long, default_value_t = 1_000_000)]
     pub events: u64,
+    /// Items of the zipf mix (plus one viral item).
+    #[arg(long, default_value_t = 100_000)]
     pub items: u32,
+    /// Share of events that go to the viral item.
+    #[arg(long, default_value_t = 0.3)]
     pub viral_share: f64,
+    /// Seconds of the measured live phase at half the drained rate (after a 5 s warm-up).
+    #[arg(long, default_value_t = 20)]
     pub live_seconds: u64,
+    #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Window length for this run instead of the topology's (e.g. 250ms): staleness can
+    /// only fall below one window.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub window: Option<Duration>,
+    /// Where the JSON report goes.
+    #[arg(long, default_value = "bench/out")]
     pub out: PathBuf,
+}
+
+impl BenchArgs {
+    pub fn check(&self) -> Result<()> {
+        if !(0.0..1.0).contains(&self.viral_share) || self.items == 0 || self.events == 0 {
+            anyhow::bail!("--viral-share must be in [0, 1), --items and --events above 0");
+        }
+        Ok(())
+    }
 }
 
 /// What one run measured.
@@ -110,6 +135,8 @@ struct Generator {
     next_user: u64,
     liked: Vec<(u32, u64)>,
     truth: HashMap<String, i64>,
+    /// The topology's bucket count.
+    buckets: u32,
 }
 
 const VIRAL: u32 = u32::MAX;
@@ -142,23 +169,16 @@ impl Generator {
         let item_id = Self::item_name(item);
         *self.truth.entry(item_id.clone()).or_insert(0) += if op == 1 { 1 } else { -1 };
         let user_id = format!("u{user}");
-        let bucket = hash::bucket_of(&user_id, 64);
-        let e = LikeEvent {
-            item_id: item_id.clone(),
-            user_id,
-            bucket,
+        likes::records::Flip {
+            item: &item_id,
+            user: &user_id,
             op_id: op,
-            state: if op == 1 {
-                EdgeState::Liked
-            } else {
-                EdgeState::Unliked
-            } as i32,
+            liked: op == 1,
             event_time_ms: now_ms,
-            epoch: 0,
-            source: Source::Test as i32,
             prev_event_time_ms: if op == 2 { now_ms - 1 } else { 0 },
-        };
-        (hash::event_key(&item_id, bucket), e.encode_to_vec())
+            source: Source::Test,
+        }
+        .record(self.buckets)
     }
 }
 
@@ -363,28 +383,10 @@ pub(crate) fn spawn_stage(
     procs::spawn(stage, stage, dir, &env)
 }
 
-async fn total_count(session: &scylla::client::session::Session, ks: &str) -> Result<i64> {
-    let mut stmt = scylla::statement::Statement::new(format!("SELECT count FROM {ks}.like_counts"));
-    stmt.set_page_size(5000);
-    let mut total = 0i64;
-    let mut rows = session
-        .query_iter(stmt, ())
-        .await
-        .map_err(|e| anyhow!(e.to_string()))?
-        .rows_stream::<(i64,)>()
-        .map_err(|e| anyhow!(e.to_string()))?;
-    use futures::StreamExt;
-    while let Some(r) = rows.next().await {
-        total += r.map_err(|e| anyhow!(e.to_string()))?.0;
-    }
-    Ok(total)
-}
-
 /// Waits until the dedupe stage has read `events` and the sum of all counts is `want`;
 /// returns when the dedupe stage had read them all.
 async fn wait_drained(
-    session: &scylla::client::session::Session,
-    ks: &str,
+    counts: &Counts,
     dedupe_port: u16,
     events: f64,
     want: i64,
@@ -396,7 +398,8 @@ async fn wait_drained(
         let d = scrape(dedupe_port);
         if d.get(m::EVENTS_IN).copied().unwrap_or(0.0) >= events {
             let done = *dedupe_done.get_or_insert_with(Instant::now);
-            if total_count(session, ks).await? == want {
+            let total: i64 = counts.all().await?.values().map(|c| c.0).sum();
+            if total == want {
                 return Ok(done);
             }
         }
@@ -419,16 +422,11 @@ pub async fn topology(
     settings.dedupe.instance_id = format!("bench{stamp}");
     let dir = std::env::temp_dir().join(format!("likes-bench-{stamp}"));
     settings.dedupe.state_dir = dir.join("state");
-    std::fs::create_dir_all(&dir).map_err(|e| anyhow!(e.to_string()))?;
+    std::fs::create_dir_all(&dir)?;
     // The stages run exactly this run's topology (which may differ from the file's window).
-    let topology_file = dir.join("topology.toml");
-    let spec = toml::to_string(topology)?;
-    std::fs::write(&topology_file, spec).map_err(|e| anyhow!(e.to_string()))?;
-    let session = cql::connect(&settings.cql).await?;
-    cmd::migrate::run(&session, &settings.cql).await?;
-    // A benchmark may run another window than the last one in this keyspace.
-    likes::cql::recorded::record(&session, &settings.cql.keyspace, topology, true).await?;
-    cmd::topics::run(&settings, topology).await?;
+    crate::namespace::write_topology(&dir, topology)?;
+    let (session, _) = crate::namespace::create(&settings, topology, true).await?;
+    let counts = Counts::prepare(session.clone(), &settings.cql.keyspace).await?;
     let events_topic = settings.topic(&topology.topics.events.name);
     info!(dir = %dir.display(), keyspace = %settings.cql.keyspace, "bench set up");
 
@@ -439,6 +437,7 @@ pub async fn topology(
         next_user: 0,
         liked: Vec::new(),
         truth: HashMap::new(),
+        buckets: topology.buckets,
     };
     let mut report = BenchReport {
         events: args.events,
@@ -487,14 +486,7 @@ pub async fn topology(
     const COUNT_PORT: u16 = 19_465;
     let mut dedupe = spawn_stage("dedupe", &settings, DEDUPE_PORT, &dir)?;
     let mut count = spawn_stage("count", &settings, COUNT_PORT, &dir)?;
-    let dedupe_done = wait_drained(
-        &session,
-        &settings.cql.keyspace,
-        DEDUPE_PORT,
-        args.events as f64,
-        truth_total,
-    )
-    .await?;
+    let dedupe_done = wait_drained(&counts, DEDUPE_PORT, args.events as f64, truth_total).await?;
     report.dedupe_events_per_s =
         args.events as f64 / dedupe_done.duration_since(started).as_secs_f64();
     let d = scrape(DEDUPE_PORT);
@@ -541,8 +533,7 @@ pub async fn topology(
     p.flush(Duration::from_secs(60))?;
     let truth_total: i64 = g.truth.values().sum();
     wait_drained(
-        &session,
-        &settings.cql.keyspace,
+        &counts,
         DEDUPE_PORT,
         (args.events + live_events) as f64,
         truth_total,
@@ -579,19 +570,8 @@ pub async fn topology(
     stop(&mut count);
 
     // Exactness, item by item.
-    let rows = session
-        .query_unpaged(
-            format!(
-                "SELECT item_id, count FROM {}.like_counts",
-                settings.cql.keyspace
-            ),
-            (),
-        )
-        .await?
-        .into_rows_result()?;
     let mut wrong = 0;
-    for r in rows.rows::<(String, i64)>()? {
-        let (item, c) = r?;
+    for (item, (c, _)) in counts.all().await? {
         if g.truth.get(&item).copied().unwrap_or(0) != c {
             wrong += 1;
         }
@@ -606,10 +586,10 @@ pub async fn topology(
     likes::cmd::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
 
-    std::fs::create_dir_all(&args.out).map_err(|e| anyhow!(e.to_string()))?;
-    let json = serde_json::to_string_pretty(&report).map_err(|e| anyhow!(e.to_string()))?;
+    std::fs::create_dir_all(&args.out)?;
+    let json = serde_json::to_string_pretty(&report)?;
     let path = args.out.join(format!("topology-{stamp}.json"));
-    std::fs::write(&path, json).map_err(|e| anyhow!(e.to_string()))?;
+    std::fs::write(&path, json)?;
     eprintln!("bench: report written to {}", path.display());
     Ok(report)
 }

@@ -28,15 +28,33 @@ use anyhow::{anyhow, Result};
 use likes::api::{self, auth::Signer};
 use likes::config::Settings;
 use likes::topology::Topology;
-use likes::{cmd, cql};
 
-#[derive(Debug, Clone)]
+/// Knobs of `likes-tools bench api`.
+#[derive(Debug, Clone, clap::Args)]
 pub struct ApiBenchArgs {
+    /// Offered writes a second.
+    #[arg(long, default_value_t = 1000.0)]
     pub rate: f64,
+    /// Seconds per loop.
+    #[arg(long, default_value_t = 20)]
     pub seconds: u64,
+    /// Rounds of all four loops, interleaved; the report gives medians and min–max.
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Where the JSON report goes.
+    #[arg(long, default_value = "bench/out")]
     pub out: PathBuf,
+}
+
+impl ApiBenchArgs {
+    pub fn check(&self) -> Result<()> {
+        if self.rate.is_nan() || self.rate <= 0.0 || self.seconds == 0 || self.rounds == 0 {
+            anyhow::bail!("--rate, --seconds and --rounds must be above 0");
+        }
+        Ok(())
+    }
 }
 
 /// Latency figures of one loop, milliseconds.
@@ -237,13 +255,9 @@ pub async fn run(
     settings.api.max_writes_in_flight = 4096;
     settings.api.max_writes_per_s = 0.0;
     settings.api.relay = false;
-    let session = cql::connect(&settings.cql).await?;
-    cmd::migrate::run(&session, &settings.cql).await?;
-    // A benchmark may run another window than the last one in this keyspace.
-    likes::cql::recorded::record(&session, &settings.cql.keyspace, topology, true).await?;
-    cmd::topics::run(&settings, topology).await?;
+    let (session, _) = crate::namespace::create(&settings, topology, true).await?;
     let dir = std::env::temp_dir().join(format!("likes-benchapi-{stamp}"));
-    std::fs::create_dir_all(&dir).map_err(|e| anyhow!(e.to_string()))?;
+    std::fs::create_dir_all(&dir)?;
     let mut report = ApiBenchReport {
         offered_per_s: args.rate,
         seconds: args.seconds,
@@ -354,10 +368,10 @@ pub async fn run(
     report.summarize();
     likes::cmd::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&args.out).map_err(|e| anyhow!(e.to_string()))?;
-    let json = serde_json::to_string_pretty(&report).map_err(|e| anyhow!(e.to_string()))?;
+    std::fs::create_dir_all(&args.out)?;
+    let json = serde_json::to_string_pretty(&report)?;
     let path = args.out.join(format!("api-{stamp}.json"));
-    std::fs::write(&path, json).map_err(|e| anyhow!(e.to_string()))?;
+    std::fs::write(&path, json)?;
     eprintln!("bench api: report written to {}", path.display());
     Ok(report)
 }

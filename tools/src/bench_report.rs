@@ -24,17 +24,42 @@ use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
 use crate::procs::stop;
 use anyhow::{anyhow, Result};
 use likes::config::Settings;
+use likes::cql;
 use likes::runtime::metrics as m;
 use likes::topology::Topology;
-use likes::{cmd, cql};
 
-#[derive(Debug, Clone)]
+/// Knobs of `likes-tools bench report` (`make bench`).
+#[derive(Debug, Clone, clap::Args)]
 pub struct ReportArgs {
+    /// Where report.md and the plots go.
+    #[arg(long, default_value = "bench")]
     pub out: PathBuf,
+    /// Repeats of every figure (the report gives medians and min–max).
+    #[arg(long, default_value_t = 3)]
     pub repeats: usize,
+    /// Events of each topology run.
+    #[arg(long, default_value_t = 1_000_000)]
     pub events: u64,
+    /// Writes/s taken as 100% in the sweep, and the API benchmark's rate.
+    #[arg(long, default_value_t = 1000.0)]
     pub peak: f64,
+    /// Seconds per level of the sweep.
+    #[arg(long, default_value_t = 15.0)]
     pub level_seconds: f64,
+}
+
+impl ReportArgs {
+    pub fn check(&self) -> Result<()> {
+        let positive = |v: f64| !v.is_nan() && v > 0.0;
+        if self.repeats == 0
+            || self.events == 0
+            || !positive(self.peak)
+            || !positive(self.level_seconds)
+        {
+            anyhow::bail!("--repeats, --events, --peak and --level-seconds must be above 0");
+        }
+        Ok(())
+    }
 }
 
 /// Offered load of the sweep, as shares of `--peak`.
@@ -77,6 +102,7 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
                 viral_share: 0.1,
                 live_seconds: 20,
                 seed: 42 + i as u64,
+                window: None,
                 out: raw.clone(),
             },
         )
@@ -112,7 +138,7 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
     let md = render(&machine, args, &topo, &api, &sweep);
     plots(&args.out, &sweep)?;
     let path = args.out.join("report.md");
-    std::fs::write(&path, md).map_err(|e| anyhow!(e.to_string()))?;
+    std::fs::write(&path, md)?;
     Ok(path)
 }
 
@@ -134,14 +160,8 @@ async fn sweep(
     settings.api.max_writes_per_s = 0.0;
     let dir = std::env::temp_dir().join(format!("likes-sweep-{stamp}"));
     settings.dedupe.state_dir = dir.join("state");
-    std::fs::create_dir_all(&dir).map_err(|e| anyhow!(e.to_string()))?;
-    std::fs::write(dir.join("topology.toml"), toml::to_string(topology)?)
-        .map_err(|e| anyhow!(e.to_string()))?;
-    let session = cql::connect(&settings.cql).await?;
-    cmd::migrate::run(&session, &settings.cql).await?;
-    // A benchmark may run another window than the last one in this keyspace.
-    likes::cql::recorded::record(&session, &settings.cql.keyspace, topology, true).await?;
-    cmd::topics::run(&settings, topology).await?;
+    crate::namespace::write_topology(&dir, topology)?;
+    let (session, _) = crate::namespace::create(&settings, topology, true).await?;
     let mut dedupe = spawn_stage("dedupe", &settings, DEDUPE_PORT, &dir)?;
     let mut count = spawn_stage("count", &settings, COUNT_PORT, &dir)?;
     let mut api = bench_api::spawn_api(&settings, &dir)?;

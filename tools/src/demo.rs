@@ -8,7 +8,6 @@
 //! (the LIKED rows in `edges`, the source of truth) once the pipeline has caught up, and the
 //! verdict is printed. The processes stay up for a look; `make down` stops them and the stack.
 
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,18 +15,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use scylla::client::session::Session;
-use scylla::statement::prepared::PreparedStatement;
-use scylla::value::CqlTimestamp;
-
 use crate::bench::{buckets, diff, quantile, scrape};
 use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target, VIRAL_ITEM};
 use crate::procs::{spawn, Proc};
 use anyhow::{anyhow, Result};
 use likes::config::Settings;
 use likes::runtime::metrics as m;
+use likes::store::counts::Counts;
 use likes::topology::Topology;
-use likes::{cmd, cql};
 
 const DEMO_KEYSPACE: &str = "likes_demo";
 const DEMO_TOPIC_PREFIX: &str = "demo.";
@@ -87,48 +82,12 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
     stop_earlier(&dir);
 
     say("demo: schema and topics");
-    let session = cql::connect(&settings.cql).await?;
-    cmd::migrate::run(&session, &settings.cql)
-        .await
-        .map_err(|e| {
-            anyhow!(format!(
-                "{e} (a keyspace from an older version: `make stack-reset` wipes it)"
-            ))
-        })?;
-    for line in cql::recorded::record(&session, &settings.cql.keyspace, topology, false).await? {
+    let (session, said) = crate::namespace::create(&settings, topology, false).await?;
+    for line in said {
         say(&format!("demo: {line}"));
     }
-    cmd::topics::run(&settings, topology).await?;
 
-    let common = |metrics: u16| {
-        vec![
-            (
-                "LIKES__CQL__KEYSPACE".to_string(),
-                DEMO_KEYSPACE.to_string(),
-            ),
-            (
-                "LIKES__KAFKA__TOPIC_PREFIX".to_string(),
-                DEMO_TOPIC_PREFIX.to_string(),
-            ),
-            (
-                "LIKES__METRICS__LISTEN".to_string(),
-                format!("127.0.0.1:{metrics}"),
-            ),
-            (
-                "LIKES__API__SESSION_KEY".to_string(),
-                settings.api.session_key.clone(),
-            ),
-            ("LIKES__API__RELAY".to_string(), "true".to_string()),
-            (
-                "LIKES__DEDUPE__STATE_DIR".to_string(),
-                // Stage 1's state belongs to its topics: named after the namespace.
-                dir.join(format!("dedupe-state-{DEMO_KEYSPACE}"))
-                    .display()
-                    .to_string(),
-            ),
-            ("RUST_LOG".to_string(), "info".to_string()),
-        ]
-    };
+    let common = |metrics: u16| process_env(&settings, &dir, metrics);
     say("demo: starting likes api (with the relay), likes dedupe, likes count");
     let mut procs = vec![
         spawn("api", "api", &dir, &common(API_METRICS))?,
@@ -138,40 +97,9 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
     let url = format!("http://{}", settings.api.listen);
     wait_ready(&url, &mut procs, &dir).await?;
 
-    let counts = session
-        .prepare(format!(
-            "SELECT count, as_of FROM {}.like_counts WHERE shard = ? AND item_id = ?",
-            settings.cql.keyspace
-        ))
-        .await
-        .map_err(|e| anyhow!(format!("prepare: {e}")))?;
+    let counts = Counts::prepare(session.clone(), &settings.cql.keyspace).await?;
 
-    // The scenario: a third steady, a viral burst at twice the rate, the rest steady; the
-    // count stage is killed a quarter into the burst and restarted seven seconds later.
-    let s = seconds as f64;
-    let phases = vec![
-        Phase {
-            name: "steady".into(),
-            seconds: s / 3.0,
-            rate,
-            viral_share: 0.05,
-        },
-        Phase {
-            name: "viral burst".into(),
-            seconds: s / 4.0,
-            rate: rate * 2.0,
-            viral_share: 0.5,
-        },
-        Phase {
-            name: "steady".into(),
-            seconds: s - s / 3.0 - s / 4.0,
-            rate,
-            viral_share: 0.05,
-        },
-    ];
-    let kill_at = Duration::from_secs_f64(s / 3.0 + s / 16.0);
-    let restart_at = kill_at + Duration::from_secs(7);
-
+    let sc = Scenario::new(seconds as f64, rate);
     let live = Arc::new(Live::default());
     let target = Arc::new(Target::http(&settings, &url)?);
     let mut mix = Mix::new(MixArgs {
@@ -184,74 +112,174 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
     });
     let started = Instant::now();
     let load = {
-        let (live, phases) = (live.clone(), phases.clone());
+        let (live, phases) = (live.clone(), sc.phases.clone());
         tokio::spawn(async move { loadgen::drive(target, &mut mix, &phases, live).await })
     };
 
-    let tty = std::io::stdout().is_terminal();
-    let mut view = View::default();
-    let mut killed: Option<Instant> = None;
-    let mut restarted = false;
-    let mut frame = 0u64;
-    while !load.is_finished() {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let t = started.elapsed();
-        let mut event = None;
-        if killed.is_none() && t >= kill_at {
-            let count = procs
-                .iter_mut()
-                .find(|p| p.name == "count")
-                .expect("count runs");
-            // Child::kill is SIGKILL: the stage gets no chance to commit or clean up.
-            let _ = count.child.kill();
-            let _ = count.child.wait();
-            killed = Some(Instant::now());
-            event = Some(format!("kill -9 of likes count (pid {})", count.child.id()));
-        }
-        if !restarted && t >= restart_at {
-            let i = procs
-                .iter()
-                .position(|p| p.name == "count")
-                .expect("count runs");
-            procs[i] = spawn("count", "count", &dir, &common(COUNT_METRICS))?;
-            restarted = true;
-            event = Some(format!(
-                "likes count restarted (pid {})",
-                procs[i].child.id()
-            ));
-        }
-        let phase = phase_at(&phases, t);
-        let status =
-            match (killed, restarted) {
-                (Some(_), false) => "count stage: DOWN (killed with kill -9)".to_string(),
-                (Some(k), true) => format!(
-                "count stage: restarted {:.0} s after its kill -9; it resumes from its last commit",
-                (restart_at - kill_at).as_secs_f64().min(k.elapsed().as_secs_f64())
-            ),
-                _ => format!(
-                    "count stage: up (kill -9 at t={:.0}s)",
-                    kill_at.as_secs_f64()
-                ),
-            };
-        let top = top_items(&live, 5);
-        let rows = read_counts(&session, &counts, topology, &top).await;
-        let text = view.render(t, s, &phase, &status, &live, &rows, event.as_deref());
-        frame += 1;
-        if tty {
-            print!("\x1b[H\x1b[2J{text}");
-        } else if frame.is_multiple_of(5) || event.is_some() {
-            // A log, not a screen: a frame every 5 s, and every kill or restart.
-            print!("{text}");
-        }
-        let _ = std::io::stdout().flush();
-    }
+    let mut watch = Watch {
+        procs: &mut procs,
+        dir: &dir,
+        env: &common(COUNT_METRICS),
+        counts: &counts,
+        topology,
+        live: &live,
+        sc: &sc,
+    };
+    watch.run(&load, started).await?;
     let _ = load.await;
     let summary = loadgen::Summary::of(&live, started.elapsed());
     say(&format!("\n{summary}"));
 
+    let ok = verdict(&session, &live).await?;
+    say(&format!(
+        "\nStill running, for a look:\n  likes api     {url}  (try: curl {url}/v1/items/{VIRAL_ITEM}/count)\n  /metrics      http://127.0.0.1:{API_METRICS}/metrics (api)  :{DEDUPE_METRICS} (dedupe)  :{COUNT_METRICS} (count)\n  namespace     keyspace {DEMO_KEYSPACE}, topics {DEMO_TOPIC_PREFIX}*\n  logs          {}\nStop everything (these processes, Kafka, Cassandra): make down",
+        dir.display()
+    ));
+    Ok(ok)
+}
+
+/// The scenario: a third steady, a viral burst at twice the rate, the rest steady; the count
+/// stage is killed a quarter into the burst and restarted seven seconds later.
+struct Scenario {
+    seconds: f64,
+    phases: Vec<Phase>,
+    kill_at: Duration,
+    restart_at: Duration,
+}
+
+impl Scenario {
+    fn new(s: f64, rate: f64) -> Self {
+        let steady = |seconds| Phase {
+            name: "steady".into(),
+            seconds,
+            rate,
+            viral_share: 0.05,
+        };
+        let burst = Phase {
+            name: "viral burst".into(),
+            seconds: s / 4.0,
+            rate: rate * 2.0,
+            viral_share: 0.5,
+        };
+        let kill_at = Duration::from_secs_f64(s / 3.0 + s / 16.0);
+        Scenario {
+            seconds: s,
+            phases: vec![steady(s / 3.0), burst, steady(s - s / 3.0 - s / 4.0)],
+            kill_at,
+            restart_at: kill_at + Duration::from_secs(7),
+        }
+    }
+}
+
+/// The environment of the demo's processes: its namespace, the metrics port, the relay on.
+fn process_env(settings: &Settings, dir: &Path, metrics: u16) -> Vec<(String, String)> {
+    crate::procs::env([
+        ("LIKES__CQL__KEYSPACE", DEMO_KEYSPACE.to_string()),
+        ("LIKES__KAFKA__TOPIC_PREFIX", DEMO_TOPIC_PREFIX.to_string()),
+        ("LIKES__METRICS__LISTEN", format!("127.0.0.1:{metrics}")),
+        ("LIKES__API__SESSION_KEY", settings.api.session_key.clone()),
+        ("LIKES__API__RELAY", "true".to_string()),
+        (
+            "LIKES__DEDUPE__STATE_DIR",
+            // Stage 1's state belongs to its topics: named after the namespace.
+            dir.join(format!("dedupe-state-{DEMO_KEYSPACE}"))
+                .display()
+                .to_string(),
+        ),
+        ("RUST_LOG", "info".to_string()),
+    ])
+}
+
+/// The live part of the demo: the kill and restart of the count stage, and a frame a second.
+struct Watch<'a> {
+    procs: &'a mut Vec<Proc>,
+    dir: &'a Path,
+    env: &'a [(String, String)],
+    counts: &'a Counts,
+    topology: &'a Topology,
+    live: &'a Live,
+    sc: &'a Scenario,
+}
+
+impl Watch<'_> {
+    async fn run(&mut self, load: &tokio::task::JoinHandle<()>, started: Instant) -> Result<()> {
+        let tty = std::io::stdout().is_terminal();
+        let mut view = View::default();
+        let mut killed: Option<Instant> = None;
+        let mut restarted = false;
+        let mut frame = 0u64;
+        while !load.is_finished() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let t = started.elapsed();
+            let mut event = None;
+            if killed.is_none() && t >= self.sc.kill_at {
+                let count = self
+                    .procs
+                    .iter_mut()
+                    .find(|p| p.name == "count")
+                    .expect("count runs");
+                // Child::kill is SIGKILL: the stage gets no chance to commit or clean up.
+                let _ = count.child.kill();
+                let _ = count.child.wait();
+                killed = Some(Instant::now());
+                event = Some(format!("kill -9 of likes count (pid {})", count.child.id()));
+            }
+            if !restarted && t >= self.sc.restart_at {
+                let i = self
+                    .procs
+                    .iter()
+                    .position(|p| p.name == "count")
+                    .expect("count runs");
+                self.procs[i] = spawn("count", "count", self.dir, self.env)?;
+                restarted = true;
+                event = Some(format!(
+                    "likes count restarted (pid {})",
+                    self.procs[i].child.id()
+                ));
+            }
+            let phase = phase_at(&self.sc.phases, t);
+            let status =
+                match (killed, restarted) {
+                    (Some(_), false) => "count stage: DOWN (killed with kill -9)".to_string(),
+                    (Some(k), true) => format!(
+                    "count stage: restarted {:.0} s after its kill -9; it resumes from its last commit",
+                    (self.sc.restart_at - self.sc.kill_at).as_secs_f64().min(k.elapsed().as_secs_f64())
+                ),
+                    _ => format!(
+                        "count stage: up (kill -9 at t={:.0}s)",
+                        self.sc.kill_at.as_secs_f64()
+                    ),
+                };
+            let top = top_items(self.live, 5);
+            let rows = read_counts(self.counts, self.topology, &top).await;
+            let text = view.render(
+                t,
+                self.sc.seconds,
+                &phase,
+                &status,
+                self.live,
+                &rows,
+                event.as_deref(),
+            );
+            frame += 1;
+            if tty {
+                print!("\x1b[H\x1b[2J{text}");
+            } else if frame.is_multiple_of(5) || event.is_some() {
+                // A log, not a screen: a frame every 5 s, and every kill or restart.
+                print!("{text}");
+            }
+            let _ = std::io::stdout().flush();
+        }
+        Ok(())
+    }
+}
+
+/// Every item that moved (a counter row or a LIKED edge) against its edges, once caught
+/// up; prints a table of the top items and any that differ. True when all agree.
+async fn verdict(session: &Arc<scylla::client::session::Session>, live: &Live) -> Result<bool> {
     // The verdict: every item that moved (a counter row or a LIKED edge) against its
     // edges, once caught up; the table shows the top items and any that differ.
-    let mut top = top_items(&live, TOP);
+    let mut top = top_items(live, TOP);
     if !top.iter().any(|i| i == VIRAL_ITEM) {
         top.push(VIRAL_ITEM.to_string());
     }
@@ -261,8 +289,8 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
     ));
     let deadline = Instant::now() + CONVERGE;
     let (rows, checked, ok) = loop {
-        let expected = all_liked_edges(&session, DEMO_KEYSPACE).await?;
-        let counted = all_counts(&session, DEMO_KEYSPACE).await?;
+        let (expected, counted) =
+            crate::namespace::edges_and_counts(session, DEMO_KEYSPACE).await?;
         let items: std::collections::BTreeSet<&String> =
             expected.keys().chain(counted.keys()).collect();
         let mut rows = Vec::new();
@@ -302,10 +330,6 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
         } else {
             "MISMATCH: some counts differ from their edges (logs below)"
         }
-    ));
-    say(&format!(
-        "\nStill running, for a look:\n  likes api     {url}  (try: curl {url}/v1/items/{VIRAL_ITEM}/count)\n  /metrics      http://127.0.0.1:{API_METRICS}/metrics (api)  :{DEDUPE_METRICS} (dedupe)  :{COUNT_METRICS} (count)\n  namespace     keyspace {DEMO_KEYSPACE}, topics {DEMO_TOPIC_PREFIX}*\n  logs          {}\nStop everything (these processes, Kafka, Cassandra): make down",
-        dir.display()
     ));
     Ok(ok)
 }
@@ -368,71 +392,22 @@ fn top_items(live: &Live, n: usize) -> Vec<String> {
     v.into_iter().take(n).map(|(k, _)| k.clone()).collect()
 }
 
-/// (item, count, asOf ms) from `like_counts`; 0 and None before its first window.
+/// (item, count, asOf ms) from `like_counts`; 0 and None before its first window (or
+/// when the read fails: the view goes on).
 async fn read_counts(
-    session: &Session,
-    st: &PreparedStatement,
+    counts: &Counts,
     topology: &Topology,
     items: &[String],
 ) -> Vec<(String, i64, Option<i64>)> {
     let mut out = Vec::new();
     for item in items {
-        let shard = topology.counter_shard(item);
-        let row = match session.execute_unpaged(st, (shard, item)).await {
-            Ok(r) => r.into_rows_result().ok().and_then(|r| {
-                r.maybe_first_row::<(Option<i64>, Option<CqlTimestamp>)>()
-                    .ok()
-                    .flatten()
-            }),
-            Err(_) => None,
-        };
-        let (count, as_of) = row.unwrap_or((None, None));
-        out.push((item.clone(), count.unwrap_or(0), as_of.map(|t| t.0)));
+        let (count, as_of) = counts
+            .read(topology.counter_shard(item), item)
+            .await
+            .unwrap_or((0, None));
+        out.push((item.clone(), count, as_of));
     }
     out
-}
-
-/// LIKED rows of the item across its buckets: what its count must converge to.
-/// LIKED edges per item over the whole keyspace (a demo holds some thousands of edges).
-pub(super) async fn all_liked_edges(session: &Session, ks: &str) -> Result<BTreeMap<String, i64>> {
-    use futures::TryStreamExt;
-    let err = |e: String| anyhow!(format!("reading {ks}.edges: {e}"));
-    let mut rows = session
-        .query_iter(format!("SELECT item_id, state FROM {ks}.edges"), ())
-        .await
-        .map_err(|e| err(e.to_string()))?
-        .rows_stream::<(String, Option<i8>)>()
-        .map_err(|e| err(e.to_string()))?;
-    let mut n = BTreeMap::new();
-    while let Some((item, state)) = rows.try_next().await.map_err(|e| err(e.to_string()))? {
-        if state == Some(likes::schema::v1::EdgeState::Liked as i8) {
-            *n.entry(item).or_insert(0) += 1;
-        }
-    }
-    Ok(n)
-}
-
-/// Every counter row: item → (count, asOf ms).
-pub(super) async fn all_counts(
-    session: &Session,
-    ks: &str,
-) -> Result<BTreeMap<String, (i64, Option<i64>)>> {
-    use futures::TryStreamExt;
-    let err = |e: String| anyhow!(format!("reading {ks}.like_counts: {e}"));
-    let mut rows = session
-        .query_iter(
-            format!("SELECT item_id, count, as_of FROM {ks}.like_counts"),
-            (),
-        )
-        .await
-        .map_err(|e| err(e.to_string()))?
-        .rows_stream::<(String, Option<i64>, Option<CqlTimestamp>)>()
-        .map_err(|e| err(e.to_string()))?;
-    let mut n = BTreeMap::new();
-    while let Some((item, count, as_of)) = rows.try_next().await.map_err(|e| err(e.to_string()))? {
-        n.insert(item, (count.unwrap_or(0), as_of.map(|t| t.0)));
-    }
-    Ok(n)
 }
 
 /// The live view: rates from counter deltas between frames, staleness over the last 5 s.

@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use prost::Message as _;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -24,9 +23,9 @@ use crate::bench::Zipf;
 use anyhow::{anyhow, Result};
 use likes::api::auth::Signer;
 use likes::config::Settings;
-use likes::schema::v1::{EdgeState, LikeEvent, Source};
+use likes::kafka;
+use likes::schema::v1::Source;
 use likes::topology::Topology;
-use likes::{hash, kafka};
 
 /// The name of the viral item.
 pub const VIRAL_ITEM: &str = "item-viral";
@@ -116,25 +115,17 @@ impl Target {
                 topic,
                 buckets,
             } => {
-                let bucket = hash::bucket_of(&op.user, *buckets);
-                let e = LikeEvent {
-                    item_id: op.item.clone(),
-                    user_id: op.user.clone(),
-                    bucket,
-                    // Each user likes once and may unlike once: op 1, then op 2.
+                // Each user likes once and may unlike once: op 1, then op 2.
+                let (key, payload) = likes::records::Flip {
+                    item: &op.item,
+                    user: &op.user,
                     op_id: if op.like { 1 } else { 2 },
-                    state: if op.like {
-                        EdgeState::Liked
-                    } else {
-                        EdgeState::Unliked
-                    } as i32,
+                    liked: op.like,
                     event_time_ms: op.at_ms,
-                    epoch: 0,
-                    source: Source::Test as i32,
                     prev_event_time_ms: if op.like { 0 } else { op.prev_at_ms },
-                };
-                let key = hash::event_key(&op.item, bucket);
-                let payload = e.encode_to_vec();
+                    source: Source::Test,
+                }
+                .record(*buckets);
                 producer
                     .send(
                         FutureRecord::to(topic).key(&key).payload(&payload),
@@ -162,6 +153,74 @@ pub struct Op {
 }
 
 /// The shape of the load.
+/// Knobs of `likes-tools loadgen`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadgenArgs {
+    /// Requests a second, held whatever the latency (open loop).
+    #[arg(long, default_value_t = 200.0)]
+    pub rate: f64,
+    /// How long to run.
+    #[arg(long, default_value_t = 30.0)]
+    pub seconds: f64,
+    /// Distinct items, drawn by zipf (s = 1).
+    #[arg(long, default_value_t = 1000)]
+    pub items: u32,
+    /// Share of likes that go to the one viral item.
+    #[arg(long, default_value_t = 0.05)]
+    pub viral_share: f64,
+    /// Share of requests that unlike an earlier like.
+    #[arg(long, default_value_t = 0.1)]
+    pub unlike_share: f64,
+    /// Share of requests that resend an earlier request with its own key.
+    #[arg(long, default_value_t = 0.05)]
+    pub retry_share: f64,
+    /// The API's base URL (default: http:// + api.listen).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Produce LikeEvents to the events topic instead of calling the API.
+    #[arg(long)]
+    pub kafka: bool,
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+}
+
+/// `likes-tools loadgen`: one steady phase; returns the summary to print.
+pub async fn run(settings: &Settings, topology: &Topology, a: &LoadgenArgs) -> Result<Summary> {
+    let shares = [a.viral_share, a.unlike_share, a.retry_share];
+    if !(a.rate > 0.0 && a.seconds > 0.0 && a.items > 0)
+        || shares.iter().any(|s| !(0.0..=1.0).contains(s))
+    {
+        anyhow::bail!("--rate, --seconds and --items must be above 0 and every share in 0..=1");
+    }
+    let target = if a.kafka {
+        Target::kafka(settings, topology)?
+    } else {
+        let url = a
+            .url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", settings.api.listen));
+        Target::http(settings, &url)?
+    };
+    let mut mix = Mix::new(MixArgs {
+        items: a.items,
+        viral_share: a.viral_share,
+        unlike_share: a.unlike_share,
+        retry_share: a.retry_share,
+        seed: a.seed,
+        run_id: format!("lg{}", likes::runtime::clock::now_ms()),
+    });
+    let phases = [Phase {
+        name: "steady".into(),
+        seconds: a.seconds,
+        rate: a.rate,
+        viral_share: a.viral_share,
+    }];
+    let live = Arc::new(Live::default());
+    let started = Instant::now();
+    drive(Arc::new(target), &mut mix, &phases, live.clone()).await;
+    Ok(Summary::of(&live, started.elapsed()))
+}
+
 #[derive(Debug, Clone)]
 pub struct MixArgs {
     pub items: u32,

@@ -4,9 +4,9 @@
 //! counter row below 0.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::TryStreamExt;
 use prost::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -14,12 +14,13 @@ use rdkafka::{Offset, TopicPartitionList};
 use scylla::client::session::Session;
 use serde::Serialize;
 
-use crate::demo::{all_counts, all_liked_edges};
 use crate::loadgen::EdgeSeen;
+use crate::namespace::edges_and_counts;
 use anyhow::{anyhow, Result};
 use likes::config::Settings;
 use likes::kafka::{self, LogContext};
-use likes::schema::v1::{delta_record::Record, DeltaRecord, EdgeState};
+use likes::schema::v1::{delta_record::Record, DeltaRecord};
+use likes::store::edges::Edges;
 use likes::topology::Topology;
 
 /// One item whose figures disagree.
@@ -65,9 +66,8 @@ impl Verdict {
 }
 
 /// Counts against edges: (items compared, items that differ).
-pub async fn drift(session: &Session, ks: &str) -> Result<(usize, usize)> {
-    let edges = all_liked_edges(session, ks).await?;
-    let counts = all_counts(session, ks).await?;
+pub async fn drift(session: &Arc<Session>, ks: &str) -> Result<(usize, usize)> {
+    let (edges, counts) = edges_and_counts(session, ks).await?;
     let mut items: Vec<&String> = edges.keys().chain(counts.keys()).collect();
     items.sort();
     items.dedup();
@@ -80,18 +80,14 @@ pub async fn drift(session: &Session, ks: &str) -> Result<(usize, usize)> {
 
 /// Every check, once.
 pub async fn verdict(
-    session: &Session,
+    session: &Arc<Session>,
     settings: &Settings,
     topology: &Topology,
     seen: &HashMap<(String, String), EdgeSeen>,
 ) -> Result<Verdict> {
     let ks = &settings.cql.keyspace;
-    let edges = all_liked_edges(session, ks).await?;
-    let counts: BTreeMap<String, i64> = all_counts(session, ks)
-        .await?
-        .into_iter()
-        .map(|(k, (c, _))| (k, c))
-        .collect();
+    let (edges, counts) = edges_and_counts(session, ks).await?;
+    let counts: BTreeMap<String, i64> = counts.into_iter().map(|(k, (c, _))| (k, c)).collect();
     let deltas = committed_deltas(settings, topology)?;
     let mut items: Vec<&String> = edges
         .keys()
@@ -124,34 +120,18 @@ pub async fn verdict(
             }
         }
     }
-    let states = edge_states(session, ks).await?;
+    let states = Edges::prepare(session.clone(), ks)
+        .await?
+        .all_states()
+        .await?;
     for ((item, user), s) in seen {
         if s.like_acked && !s.unlike_sent {
             v.acked_likes += 1;
-            let liked =
-                states.get(&(item.clone(), user.clone())) == Some(&(EdgeState::Liked as i8));
+            let liked = states.get(&(item.clone(), user.clone())) == Some(&true);
             v.acked_likes_lost += usize::from(!liked);
         }
     }
     Ok(v)
-}
-
-async fn edge_states(session: &Session, ks: &str) -> Result<HashMap<(String, String), i8>> {
-    let err = |e: String| anyhow!(format!("reading {ks}.edges: {e}"));
-    let mut rows = session
-        .query_iter(
-            format!("SELECT item_id, user_id, state FROM {ks}.edges"),
-            (),
-        )
-        .await
-        .map_err(|e| err(e.to_string()))?
-        .rows_stream::<(String, String, Option<i8>)>()
-        .map_err(|e| err(e.to_string()))?;
-    let mut out = HashMap::new();
-    while let Some((item, user, state)) = rows.try_next().await.map_err(|e| err(e.to_string()))? {
-        out.insert((item, user), state.unwrap_or(0));
-    }
-    Ok(out)
 }
 
 /// Per item, the sum of the committed Delta and Correction records on `likes.deltas`, read

@@ -25,9 +25,9 @@ use crate::demo::wait_ready;
 use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
 use anyhow::{anyhow, Result};
 use faults::{Fault, Fleet, Planned};
+use likes::cmd;
 use likes::config::Settings;
 use likes::topology::Topology;
-use likes::{cmd, cql};
 
 /// How long the pipeline may take to drain after the load (the relay leaves entries younger
 /// than `api.relay_min_age`, a stage may be in its backoff).
@@ -153,10 +153,7 @@ async fn run_one(
     let dir = stack_dir.join("chaos").join(&namespace);
     std::fs::create_dir_all(&dir).map_err(|e| anyhow!(format!("{}: {e}", dir.display())))?;
 
-    let session = cql::connect(&settings.cql).await?;
-    cmd::migrate::run(&session, &settings.cql).await?;
-    cql::recorded::record(&session, &namespace, topology, false).await?;
-    cmd::topics::run(&settings, topology).await?;
+    let (session, _) = crate::namespace::create(&settings, topology, false).await?;
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -303,8 +300,7 @@ async fn run_one(
                 Fault::WipeDedupeState => {
                     // The first instance's disk only; dedupe-2 keeps its own.
                     fleet.kill9("dedupe");
-                    let group =
-                        format!("{}{}", settings.kafka.topic_prefix, topology.groups.dedupe);
+                    let group = settings.group(&topology.groups.dedupe);
                     let _ = std::fs::remove_dir_all(
                         dir.join("dedupe-state").join(group).join("chaos-0"),
                     );

@@ -1,4 +1,4 @@
-//! `likes relay`: publishes the events a write could not (a crash or a broker error between
+//! `likes relay` (or the relay inside `likes api`): publishes the events a write could not (a crash or a broker error between
 //! the edge flip and the produce), so no flip is ever lost.
 //!
 //! Entries sit in (shard, minute) partitions; each shard's floor names the oldest minute that
@@ -16,19 +16,71 @@
 //! whose event is already on the log is harmless: stage 1 drops it by op_id.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use scylla::value::CqlTimestamp;
 use tracing::{info, warn};
 
-use super::write::{outbox_minute, publish, read_edge, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
-use super::App;
+use crate::config::Settings;
 use crate::error::Result;
-use crate::hash;
 use crate::runtime::clock::now_ms;
+use crate::runtime::shutdown::CancellationToken;
 use crate::schema::v1::Source;
+use crate::store::edges::Edges;
+use crate::store::events::Events;
+use crate::store::outbox::{outbox_minute, Outbox, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
+use crate::topology::Topology;
+use crate::{cql, hash};
+
+/// What the relay reads and writes: the outbox, the edges, the events topic. No HTTP
+/// session key, no admission, no request keys.
+pub struct Relay {
+    pub outbox: Outbox,
+    pub edges: Edges,
+    pub events: Events,
+    /// The topology's bucket count: an edge's row key.
+    pub buckets: u32,
+}
+
+impl Relay {
+    /// Connects to CQL (checking the keyspace matches the topology) and Kafka.
+    pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Self> {
+        let session = cql::connect(&settings.cql).await?;
+        cql::recorded::check(&session, &settings.cql.keyspace, topology).await?;
+        Self::prepare(session, settings, topology).await
+    }
+
+    /// On a session already connected and checked (the API's).
+    pub async fn prepare(
+        session: Arc<scylla::client::session::Session>,
+        settings: &Settings,
+        topology: &Topology,
+    ) -> Result<Self> {
+        let ks = &settings.cql.keyspace;
+        Ok(Self {
+            outbox: Outbox::prepare(session.clone(), ks).await?,
+            edges: Edges::prepare(session, ks).await?,
+            events: Events::connect(settings, topology)?,
+            buckets: topology.buckets,
+        })
+    }
+}
+
+/// `likes relay` on its own: passes until SIGTERM. Needs CQL and Kafka, nothing of the API.
+pub async fn run_alone(settings: &Settings, topology: &Topology) -> Result<()> {
+    let relay = crate::runtime::supervise::connect_patiently("relay", || {
+        Relay::connect(settings, topology)
+    })
+    .await?;
+    run(
+        Arc::new(relay),
+        settings.api.relay_interval,
+        settings.api.relay_min_age,
+        crate::runtime::shutdown::on_signal(),
+    )
+    .await;
+    Ok(())
+}
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -47,33 +99,27 @@ pub struct Pass {
 const SETTLE_MS: i64 = 120_000;
 
 /// One pass over every outbox shard, from its floor minute to the newest minute old enough.
-pub async fn pass(app: &App, min_age: Duration) -> Result<Pass> {
+pub async fn pass(relay: &Relay, min_age: Duration) -> Result<Pass> {
     let now = now_ms();
     let cutoff = now - min_age.as_millis() as i64;
     let last = outbox_minute(cutoff);
     let settled = outbox_minute(now - SETTLE_MS);
     let mut done = Pass::default();
     for shard in 0..OUTBOX_SHARDS as i32 {
-        let floor = app
-            .session
-            .execute_unpaged(&app.stmts.floor_read, (shard,))
-            .await?
-            .into_rows_result()?
-            .maybe_first_row::<(Option<i64>,)>()?
-            .and_then(|r| r.0);
-        let Some(floor) = floor else {
+        let Some(floor) = relay.outbox.floor(shard).await? else {
             // No floor: no process of this version has written here yet.
             continue;
         };
         let mut left = Vec::new();
         for minute in floor..=last {
-            left.push((minute, drain(app, shard, minute, cutoff, &mut done).await?));
+            left.push((
+                minute,
+                drain(relay, shard, minute, cutoff, &mut done).await?,
+            ));
         }
         let next = next_floor(floor, &left, settled);
         if next > floor {
-            app.session
-                .execute_unpaged(&app.stmts.floor_set, (next, shard))
-                .await?;
+            relay.outbox.set_floor(shard, next).await?;
         }
     }
     Ok(done)
@@ -94,45 +140,48 @@ fn next_floor(floor: i64, left: &[(i64, usize)], settled: i64) -> i64 {
 
 /// Publishes and clears the due entries of one (shard, minute); returns how many entries may
 /// remain there (not yet due, or past this pass's read limit).
-async fn drain(app: &App, shard: i32, minute: i64, cutoff: i64, done: &mut Pass) -> Result<usize> {
-    let rows = app
-        .session
-        .execute_unpaged(&app.stmts.outbox_scan, (shard, minute))
-        .await?
-        .into_rows_result()?;
+async fn drain(
+    relay: &Relay,
+    shard: i32,
+    minute: i64,
+    cutoff: i64,
+    done: &mut Pass,
+) -> Result<usize> {
+    let entries = relay.outbox.scan(shard, minute).await?;
+    let read = entries.len();
     // Edge → (the earliest write time of its due entries, those entries).
     let mut due: BTreeMap<(String, String), (i64, Vec<String>)> = BTreeMap::new();
-    let mut read = 0;
     let mut young = 0;
-    for row in rows.rows::<(String, String, String, Option<CqlTimestamp>)>()? {
-        let (item, user, entry, at) = row?;
-        read += 1;
-        let at = at.map(|t| t.0).unwrap_or(0);
-        if at <= cutoff {
-            let e = due.entry((item, user)).or_insert((i64::MAX, Vec::new()));
-            e.0 = e.0.min(at);
-            e.1.push(entry);
+    for e in entries {
+        if e.created_at_ms <= cutoff {
+            let d = due
+                .entry((e.item, e.user))
+                .or_insert((i64::MAX, Vec::new()));
+            d.0 = d.0.min(e.created_at_ms);
+            d.1.push(e.entry);
         } else {
             young += 1;
         }
     }
     for ((item, user), (written, entries)) in due {
-        let bucket = hash::bucket_of(&user, app.topology.buckets) as i32;
-        if let Some(edge) = read_edge(&app.session, &app.stmts, &item, bucket, &user).await? {
+        let bucket = hash::bucket_of(&user, relay.buckets) as i32;
+        if let Some(edge) = relay.edges.read(&item, bucket, &user).await? {
             if edge.op_id > 0 && edge.updated_at_ms < written {
                 done.stale += 1;
                 info!(%item, %user, op_id = edge.op_id, "relay: the entries' requests changed nothing; deleting them unpublished");
             } else if edge.op_id > 0 {
-                publish(app, &item, &user, bucket, &edge, Source::Relay)
-                    .await
-                    .map_err(|e| crate::error::Error::State(format!("{e:?}")))?;
+                relay
+                    .events
+                    .publish(&item, &user, &edge, Source::Relay)
+                    .await?;
                 done.published += 1;
                 info!(%item, %user, op_id = edge.op_id, "relay published a pending event");
             }
         }
         for entry in entries {
-            app.session
-                .execute_unpaged(&app.stmts.outbox_del, (shard, minute, &item, &user, &entry))
+            relay
+                .outbox
+                .delete((shard, minute), &item, &user, &entry)
                 .await?;
             done.cleared += 1;
         }
@@ -145,15 +194,15 @@ async fn drain(app: &App, shard: i32, minute: i64, cutoff: i64, done: &mut Pass)
 }
 
 /// Runs passes every `every` until `stop`; a failed pass is logged and retried.
-pub async fn run(app: Arc<App>, every: Duration, min_age: Duration, stop: Arc<AtomicBool>) {
+pub async fn run(relay: Arc<Relay>, every: Duration, min_age: Duration, stop: CancellationToken) {
     info!(?every, ?min_age, "relay running");
-    while !stop.load(Ordering::Relaxed) {
-        match pass(&app, min_age).await {
+    while !stop.is_cancelled() {
+        match pass(&relay, min_age).await {
             Ok(p) if p.cleared > 0 => info!(?p, "relay pass"),
             Ok(_) => {}
             Err(e) => warn!(error = %e, "relay pass failed; retrying"),
         }
-        tokio::time::sleep(every).await;
+        crate::runtime::supervise::sleep_or_stop(every, &stop).await;
     }
 }
 

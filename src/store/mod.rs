@@ -1,0 +1,56 @@
+//! Typed access to what the API and the relay read and write: the CQL tables (edges, outbox,
+//! counts, request keys, retractions) with their statements prepared once at start, and the
+//! events topic. Each process takes the stores it uses: the relay needs the outbox, the edges
+//! and the events, never a session key.
+
+pub mod counts;
+pub mod edges;
+pub mod events;
+pub mod outbox;
+pub mod requests;
+
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::value::{CqlValue, Row};
+
+use crate::error::{Error, Result};
+
+/// Prepares one statement; a failure names the statement (a schema older than the code).
+pub(crate) async fn prepare(session: &Session, q: String) -> Result<PreparedStatement> {
+    session
+        .prepare(q.clone())
+        .await
+        .map_err(|e| Error::Schema(format!("prepare {q}: {e}")))
+}
+
+/// A row as (column name, value) pairs.
+pub type Columns = Vec<(String, Option<CqlValue>)>;
+
+/// None when a conditional statement applied; otherwise the row it returned, by column.
+pub fn not_applied(result: scylla::response::query_result::QueryResult) -> Result<Option<Columns>> {
+    let rows = result.into_rows_result()?;
+    let names = crate::cql::column_names(&rows);
+    let row: Row = rows.single_row()?;
+    let applied = crate::records::lwt_applied(&names, &row.columns) == Some(true);
+    let cols: Columns = names.into_iter().zip(row.columns).collect();
+    Ok(if applied { None } else { Some(cols) })
+}
+
+/// Every store the API uses, prepared once at start.
+pub struct Stores {
+    pub edges: edges::Edges,
+    pub outbox: outbox::Outbox,
+    pub counts: counts::Counts,
+    pub requests: requests::Requests,
+}
+
+impl Stores {
+    pub async fn prepare(session: &std::sync::Arc<Session>, ks: &str) -> Result<Self> {
+        Ok(Self {
+            edges: edges::Edges::prepare(session.clone(), ks).await?,
+            outbox: outbox::Outbox::prepare(session.clone(), ks).await?,
+            counts: counts::Counts::prepare(session.clone(), ks).await?,
+            requests: requests::Requests::prepare(session.clone(), ks).await?,
+        })
+    }
+}

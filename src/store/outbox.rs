@@ -1,0 +1,173 @@
+//! `outbox` and `outbox_floor`: the entries a write leaves before its flip, cleared once its
+//! event is published, and the relay's floor per shard (see `crate::relay`).
+
+use std::sync::Arc;
+
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::statement::SerialConsistency;
+use scylla::value::CqlTimestamp;
+
+use super::prepare;
+use crate::error::Result;
+use crate::runtime::clock::now_ms;
+
+/// Outbox partitions per minute; the relay walks each.
+pub const OUTBOX_SHARDS: u32 = 16;
+
+/// Outbox entries the relay reads from one (shard, minute) per pass.
+pub const OUTBOX_SCAN_LIMIT: usize = 1000;
+
+/// The outbox partition minute of a time.
+pub fn outbox_minute(ms: i64) -> i64 {
+    ms.div_euclid(60_000)
+}
+
+/// An entry as the relay reads it.
+pub struct Entry {
+    pub item: String,
+    pub user: String,
+    pub entry: String,
+    /// When it was written (ms; 0 if unknown).
+    pub created_at_ms: i64,
+}
+
+pub struct Outbox {
+    session: Arc<Session>,
+    put: PreparedStatement,
+    del: PreparedStatement,
+    scan: PreparedStatement,
+    floor_read: PreparedStatement,
+    floor_set: PreparedStatement,
+    floor_init: PreparedStatement,
+}
+
+impl Outbox {
+    pub async fn prepare(session: Arc<Session>, ks: &str) -> Result<Self> {
+        let mut floor_init = prepare(
+            &session,
+            format!("INSERT INTO {ks}.outbox_floor (shard, minute) VALUES (?, ?) IF NOT EXISTS"),
+        )
+        .await?;
+        floor_init.set_serial_consistency(Some(SerialConsistency::Serial));
+        Ok(Self {
+            put: prepare(
+                &session,
+                format!(
+                    "INSERT INTO {ks}.outbox (shard, minute, item_id, user_id, entry, created_at) \
+                     VALUES (?, ?, ?, ?, ?, ?)"
+                ),
+            )
+            .await?,
+            del: prepare(
+                &session,
+                format!(
+                    "DELETE FROM {ks}.outbox \
+                     WHERE shard = ? AND minute = ? AND item_id = ? AND user_id = ? AND entry = ?"
+                ),
+            )
+            .await?,
+            // Bounded per pass; what is left waits for the next one.
+            scan: prepare(
+                &session,
+                format!(
+                    "SELECT item_id, user_id, entry, created_at FROM {ks}.outbox \
+                     WHERE shard = ? AND minute = ? LIMIT {OUTBOX_SCAN_LIMIT}"
+                ),
+            )
+            .await?,
+            floor_read: prepare(
+                &session,
+                format!("SELECT minute FROM {ks}.outbox_floor WHERE shard = ?"),
+            )
+            .await?,
+            floor_set: prepare(
+                &session,
+                format!("UPDATE {ks}.outbox_floor SET minute = ? WHERE shard = ?"),
+            )
+            .await?,
+            floor_init,
+            session,
+        })
+    }
+
+    /// Before any entry is written, every shard's floor exists, so the relay never starts
+    /// past an entry. A floor already there (set by another process, maybe long ago) is kept.
+    pub async fn init_floors(&self) -> Result<()> {
+        let start = outbox_minute(now_ms()) - 1;
+        for shard in 0..OUTBOX_SHARDS as i32 {
+            self.session
+                .execute_unpaged(&self.floor_init, (shard, start))
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub async fn put(
+        &self,
+        (shard, minute): (i32, i64),
+        item: &str,
+        user: &str,
+        entry: &str,
+        at_ms: i64,
+    ) -> Result<()> {
+        self.session
+            .execute_unpaged(
+                &self.put,
+                (shard, minute, item, user, entry, CqlTimestamp(at_ms)),
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn delete(
+        &self,
+        (shard, minute): (i32, i64),
+        item: &str,
+        user: &str,
+        entry: &str,
+    ) -> Result<()> {
+        self.session
+            .execute_unpaged(&self.del, (shard, minute, item, user, entry))
+            .await?;
+        Ok(())
+    }
+
+    /// Up to [`OUTBOX_SCAN_LIMIT`] entries of one (shard, minute).
+    pub async fn scan(&self, shard: i32, minute: i64) -> Result<Vec<Entry>> {
+        let rows = self
+            .session
+            .execute_unpaged(&self.scan, (shard, minute))
+            .await?
+            .into_rows_result()?;
+        let mut out = Vec::new();
+        for row in rows.rows::<(String, String, String, Option<CqlTimestamp>)>()? {
+            let (item, user, entry, at) = row?;
+            out.push(Entry {
+                item,
+                user,
+                entry,
+                created_at_ms: at.map(|t| t.0).unwrap_or(0),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The shard's floor minute; None before any process of this version wrote there.
+    pub async fn floor(&self, shard: i32) -> Result<Option<i64>> {
+        Ok(self
+            .session
+            .execute_unpaged(&self.floor_read, (shard,))
+            .await?
+            .into_rows_result()?
+            .maybe_first_row::<(Option<i64>,)>()?
+            .and_then(|r| r.0))
+    }
+
+    pub async fn set_floor(&self, shard: i32, minute: i64) -> Result<()> {
+        self.session
+            .execute_unpaged(&self.floor_set, (minute, shard))
+            .await?;
+        Ok(())
+    }
+}
