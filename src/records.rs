@@ -7,6 +7,10 @@ use prost::Message as _;
 use crate::hash;
 use crate::schema::v1::{EdgeState, LikeEvent, Source};
 
+/// The longest item or user id a record may carry, in bytes (the stages dead-letter longer
+/// ones; the API accepts 128).
+pub const MAX_ID_BYTES: usize = 256;
+
 /// A flip of the edge (item, user) to liked or unliked: what a LikeEvent says.
 #[derive(Debug, Clone, Copy)]
 pub struct Flip<'a> {

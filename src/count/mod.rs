@@ -277,10 +277,10 @@ pub fn decode_record(payload: Option<&[u8]>) -> std::result::Result<Input, Strin
     let v = payload.ok_or_else(|| "record has no value".to_string())?;
     let r = DeltaRecord::decode(v).map_err(|e| format!("undecodable DeltaRecord: {e}"))?;
     let check = |item: &str, delta: i64| -> std::result::Result<(), String> {
-        if item.is_empty() || item.len() > crate::dedupe::event::MAX_ID_BYTES {
+        if item.is_empty() || item.len() > crate::records::MAX_ID_BYTES {
             return Err(format!(
                 "item_id must be 1-{} bytes",
-                crate::dedupe::event::MAX_ID_BYTES
+                crate::records::MAX_ID_BYTES
             ));
         }
         if delta.unsigned_abs() > MAX_ABS_DELTA as u64 {

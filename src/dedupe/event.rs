@@ -5,10 +5,8 @@ use prost::Message;
 
 use super::rule::Flip;
 use crate::hash;
+use crate::records::MAX_ID_BYTES;
 use crate::schema::v1::{EdgeState, LikeEvent};
-
-/// The longest item or user id accepted, in bytes.
-pub const MAX_ID_BYTES: usize = 256;
 
 /// A LikeEvent that passed validation.
 #[derive(Debug, Clone, PartialEq)]

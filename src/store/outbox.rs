@@ -1,5 +1,5 @@
 //! `outbox` and `outbox_floor`: the entries a write leaves before its flip, cleared once its
-//! event is published, and the relay's floor per shard (see `crate::relay`).
+//! event is published, and the relay's floor per shard.
 
 use std::sync::Arc;
 

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::bench::{buckets, diff, quantile, scrape};
+use crate::bench::scrape::{buckets, diff, quantile, scrape};
 use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target, VIRAL_ITEM};
 use crate::procs::{spawn, Proc};
 use anyhow::{anyhow, Result};
@@ -149,22 +149,10 @@ struct Scenario {
 
 impl Scenario {
     fn new(s: f64, rate: f64) -> Self {
-        let steady = |seconds| Phase {
-            name: "steady".into(),
-            seconds,
-            rate,
-            viral_share: 0.05,
-        };
-        let burst = Phase {
-            name: "viral burst".into(),
-            seconds: s / 4.0,
-            rate: rate * 2.0,
-            viral_share: 0.5,
-        };
         let kill_at = Duration::from_secs_f64(s / 3.0 + s / 16.0);
         Scenario {
             seconds: s,
-            phases: vec![steady(s / 3.0), burst, steady(s - s / 3.0 - s / 4.0)],
+            phases: loadgen::with_burst(s, s / 3.0, s / 4.0, rate, 2.0, 0.5),
             kill_at,
             restart_at: kill_at + Duration::from_secs(7),
         }

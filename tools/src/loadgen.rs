@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::task::JoinSet;
 
-use crate::bench::Zipf;
+use crate::bench::gen::Zipf;
 use anyhow::{anyhow, Result};
 use likes::api::auth::Signer;
 use likes::config::Settings;
@@ -313,6 +313,32 @@ pub struct Phase {
     pub seconds: f64,
     pub rate: f64,
     pub viral_share: f64,
+}
+
+/// Steady load at `rate` (5% viral) for `before` seconds, a burst of `burst` seconds at
+/// `factor` times the rate with `share` of the likes on the viral item, then steady again
+/// until `total` seconds.
+pub fn with_burst(
+    total: f64,
+    before: f64,
+    burst: f64,
+    rate: f64,
+    factor: f64,
+    share: f64,
+) -> Vec<Phase> {
+    let steady = |seconds| Phase {
+        name: "steady".into(),
+        seconds,
+        rate,
+        viral_share: 0.05,
+    };
+    let viral = Phase {
+        name: "viral burst".into(),
+        seconds: burst,
+        rate: rate * factor,
+        viral_share: share,
+    };
+    vec![steady(before), viral, steady(total - before - burst)]
 }
 
 /// Counters a live view reads while the load runs.

@@ -4,8 +4,6 @@
 //! variables.
 
 mod bench;
-mod bench_api;
-mod bench_report;
 mod chaos;
 mod demo;
 mod loadgen;
@@ -67,12 +65,12 @@ enum Command {
 enum BenchCommand {
     /// Like/unlike load on `likes api` over loopback, open loop, next to the write path in
     /// process and a bare LWT loop against the same Cassandra.
-    Api(bench_api::ApiBenchArgs),
+    Api(bench::api::ApiBenchArgs),
     /// Every benchmark plus a sweep of offered load through the whole system, written to
     /// <out>/report.md with PNG plots (`make bench`).
-    Report(bench_report::ReportArgs),
+    Report(bench::report::ReportArgs),
     /// Events through dedupe + count + sink vs a plain consumer; staleness; peak RSS.
-    Topology(bench::BenchArgs),
+    Topology(bench::topology::BenchArgs),
 }
 
 /// The folder of `make up`'s data, logs and pid files, found as stack/stack.sh finds it.
@@ -114,7 +112,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     Some(w) => topology.with_window(w)?,
                     None => topology,
                 };
-                out(&bench::topology(&settings, &topology, &args)
+                out(&bench::topology::topology(&settings, &topology, &args)
                     .await?
                     .to_string());
             }
@@ -122,7 +120,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 what: BenchCommand::Api(args),
             } => {
                 args.check()?;
-                out(&bench_api::run(&settings, &topology, &args)
+                out(&bench::api::run(&settings, &topology, &args)
                     .await?
                     .to_string());
             }
@@ -130,7 +128,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 what: BenchCommand::Report(args),
             } => {
                 args.check()?;
-                let path = bench_report::run(&settings, &topology, &args).await?;
+                let path = bench::report::run(&settings, &topology, &args).await?;
                 out(&format!("bench report: written to {}", path.display()));
             }
         }

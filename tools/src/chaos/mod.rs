@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::demo::wait_ready;
-use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
-use anyhow::{anyhow, Result};
+use crate::loadgen::{self, Live, Mix, MixArgs, Target};
+use anyhow::{anyhow, Context, Result};
 use faults::{Fault, Fleet, Planned};
 use likes::cmd;
 use likes::config::Settings;
@@ -55,7 +55,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value = "chaos-report.json")]
     pub report: PathBuf,
     /// The stack script that starts the broker and Cassandra again.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/stack/stack.sh"))]
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../stack/stack.sh"))]
     pub stack_script: PathBuf,
 }
 
@@ -135,6 +135,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &ChaosArgs) -> Resu
     Ok(failed.is_empty())
 }
 
+/// One seeded run: its own namespace and processes, load, the faults, the drain, the checks.
 async fn run_one(
     base: &Settings,
     topology: &Topology,
@@ -143,52 +144,17 @@ async fn run_one(
 ) -> Result<RunReport> {
     let stamp = likes::runtime::clock::now_ms() / 1000 % 1_000_000;
     let namespace = format!("chaos_{seed}_{stamp}");
-    let mut settings = base.clone();
-    settings.cql.keyspace = namespace.clone();
-    settings.kafka.topic_prefix = format!("{namespace}.");
-    if settings.api.session_key.is_empty() {
-        settings.api.session_key = format!("chaos-{:032x}", rand::random::<u128>());
-    }
     let stack_dir = crate::stack_dir().ok_or_else(|| anyhow!("no stack dir"))?;
     let dir = stack_dir.join("chaos").join(&namespace);
-    std::fs::create_dir_all(&dir).map_err(|e| anyhow!(format!("{}: {e}", dir.display())))?;
-
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let settings = run_settings(base, &namespace)?;
     let (session, _) = crate::namespace::create(&settings, topology, false).await?;
-
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| anyhow!(format!("a free port: {e}")))?
-        .port();
-    settings.api.listen = format!("127.0.0.1:{port}");
-    let env: Vec<(String, String)> = [
-        ("LIKES__CQL__KEYSPACE", namespace.clone()),
-        (
-            "LIKES__KAFKA__TOPIC_PREFIX",
-            settings.kafka.topic_prefix.clone(),
-        ),
-        ("LIKES__API__LISTEN", settings.api.listen.clone()),
-        ("LIKES__API__SESSION_KEY", settings.api.session_key.clone()),
-        ("LIKES__API__RELAY", "true".into()),
-        (
-            "LIKES__DEDUPE__STATE_DIR",
-            dir.join("dedupe-state").display().to_string(),
-        ),
-        ("LIKES__DEDUPE__INSTANCE_ID", "chaos-0".into()),
-        ("RUST_LOG", "info".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let mut fleet = Fleet::start(&dir, env)?;
+    let mut fleet = Fleet::start(&dir, process_env(&settings, &dir))?;
     let url = format!("http://{}", settings.api.listen);
-    {
-        let mut procs = Vec::new();
-        // Readiness through the API only; the stages are supervised from here on.
-        wait_ready(&url, &mut procs, &dir).await?;
-    }
+    // Readiness through the API only; the stages are supervised from here on.
+    wait_ready(&url, &mut Vec::new(), &dir).await?;
 
-    let s = args.seconds as f64;
-    let plan = faults::schedule(seed, s, args.extra_faults);
+    let plan = faults::schedule(seed, args.seconds as f64, args.extra_faults);
     say(&format!(
         "chaos: seed {seed}: {} faults planned",
         plan.len()
@@ -196,26 +162,6 @@ async fn run_one(
     for p in &plan {
         say(&format!("  t={:>5.1}s {:?}", p.at_s, p.fault));
     }
-    let phases = vec![
-        Phase {
-            name: "steady".into(),
-            seconds: s / 2.0,
-            rate: args.rate,
-            viral_share: 0.05,
-        },
-        Phase {
-            name: "viral".into(),
-            seconds: s / 4.0,
-            rate: args.rate * 1.5,
-            viral_share: 0.4,
-        },
-        Phase {
-            name: "steady".into(),
-            seconds: s - s / 2.0 - s / 4.0,
-            rate: args.rate,
-            viral_share: 0.05,
-        },
-    ];
     let live = Arc::new(Live::tracking_edges());
     let target = Arc::new(Target::http(&settings, &url)?);
     let mut mix = Mix::new(MixArgs {
@@ -226,140 +172,38 @@ async fn run_one(
         seed,
         run_id: format!("c{seed}x{stamp}"),
     });
+    // Half steady, a quarter viral at 1.5 times the rate, the rest steady.
+    let s = args.seconds as f64;
+    let phases = loadgen::with_burst(s, s / 2.0, s / 4.0, args.rate, 1.5, 0.4);
     let started = Instant::now();
     let load = {
         let live = live.clone();
         tokio::spawn(async move { loadgen::drive(target, &mut mix, &phases, live).await })
     };
-
-    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let flag = interrupted.clone();
-        tokio::spawn(async move {
-            likes::runtime::shutdown::signal().await;
-            flag.store(true, std::sync::atomic::Ordering::Relaxed);
-        });
-    }
-    let stopped = || interrupted.load(std::sync::atomic::Ordering::Relaxed);
-    let mut next = 0;
-    let mut struck: Vec<Planned> = Vec::new();
-    let mut max_drift = 0;
-    // A killed dependency comes back at this time; the next fault waits for it.
-    let mut down_until: Option<Instant> = None;
-    // A replay under way: the stage it holds stopped, and the reset's outcome.
-    type Replaying = (
-        &'static str,
-        tokio::task::JoinHandle<likes::Result<cmd::replay::ReplayReport>>,
-    );
-    let mut replaying: Option<Replaying> = None;
-    loop {
-        fleet.tick()?;
-        let t = started.elapsed().as_secs_f64();
-        if replaying
-            .as_ref()
-            .is_some_and(|(_, task)| task.is_finished())
-        {
-            let (stage, task) = replaying.take().expect("checked");
-            let outcome = match task.await {
-                Ok(Ok(r)) => format!("reset: {}", r.to_string().lines().next().unwrap_or("")),
-                Ok(Err(e)) => format!("refused: {e}"),
-                Err(e) => format!("failed: {e}"),
-            };
-            say(&format!("  t={t:>5.1}s replay of {stage}: {outcome}"));
-            if let Some(last) = struck.last_mut() {
-                last.outcome = Some(outcome);
-            }
-            fleet.release(stage);
-        } else if replaying.is_some() {
-            // The next fault waits for the replay.
-        } else if let Some(at) = down_until {
-            if Instant::now() >= at {
-                let script = args.stack_script.clone();
-                tokio::task::spawn_blocking(move || faults::stack_up(&script))
-                    .await
-                    .map_err(|e| anyhow!(format!("stack up: {e}")))??;
-                down_until = None;
-                say(&format!(
-                    "  t={:>5.1}s the stack is up again",
-                    started.elapsed().as_secs_f64()
-                ));
-                if let Ok((_, behind)) = check::drift(&session, &namespace).await {
-                    max_drift = max_drift.max(behind);
-                }
-            }
-        } else if next < plan.len() && t >= plan[next].at_s {
-            let f = &plan[next].fault;
-            say(&format!("  t={t:>5.1}s {f:?}"));
-            struck.push(Planned {
-                at_s: (t * 10.0).round() / 10.0,
-                fault: f.clone(),
-                outcome: None,
-            });
-            match f {
-                Fault::Kill { process } => fleet.kill9(process),
-                Fault::WipeDedupeState => {
-                    // The first instance's disk only; dedupe-2 keeps its own.
-                    fleet.kill9("dedupe");
-                    let group = settings.group(&topology.groups.dedupe);
-                    let _ = std::fs::remove_dir_all(
-                        dir.join("dedupe-state").join(group).join("chaos-0"),
-                    );
-                }
-                Fault::Broker { down_s } => {
-                    faults::kill9_dependency(&stack_dir, "kafka")?;
-                    down_until = Some(Instant::now() + Duration::from_secs(*down_s));
-                }
-                Fault::Cassandra { down_s } => {
-                    faults::kill9_dependency(&stack_dir, "cassandra")?;
-                    down_until = Some(Instant::now() + Duration::from_secs(*down_s));
-                }
-                Fault::Replay { stage, back_s } => {
-                    fleet.hold(stage);
-                    let group = format!(
-                        "{}{}",
-                        settings.kafka.topic_prefix,
-                        if *stage == "count" {
-                            &topology.groups.count
-                        } else {
-                            &topology.groups.dedupe
-                        }
-                    );
-                    let to = likes::runtime::clock::now_ms() - *back_s as i64 * 1000;
-                    let (s, t) = (settings.clone(), topology.clone());
-                    let task = tokio::spawn(async move {
-                        cmd::replay::run_checked(&s, &t, &group, cmd::replay::Target::Time(to))
-                            .await
-                    });
-                    replaying = Some((stage, task));
-                }
-            }
-            next += 1;
-        } else if load.is_finished() && next >= plan.len() && replaying.is_none() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    if let Err(e) = load.await {
-        return Err(anyhow!(format!("the load generator failed: {e}")));
-    }
+    let mut strikes = Strikes {
+        settings: &settings,
+        topology,
+        session: &session,
+        dir: &dir,
+        stack_dir: &stack_dir,
+        stack_script: &args.stack_script,
+        fleet: &mut fleet,
+        struck: Vec::new(),
+        max_drift: 0,
+        down_until: None,
+        replaying: None,
+    };
+    strikes.run(&plan, &load, started).await?;
+    let (struck, max_drift) = (strikes.struck, strikes.max_drift);
+    load.await
+        .map_err(|e| anyhow!("the load generator failed: {e}"))?;
     let summary = loadgen::Summary::of(&live, started.elapsed());
     say(&format!(
         "chaos: load done: {} sent, {} ok, {} failed; draining",
         summary.sent, summary.ok, summary.failed
     ));
 
-    let load_end = Instant::now();
-    let mut drained_after_s = None;
-    while load_end.elapsed() < DRAIN && !stopped() {
-        fleet.tick()?;
-        match check::drift(&session, &namespace).await {
-            Ok((_, 0)) => {
-                drained_after_s = Some(load_end.elapsed().as_secs_f64());
-                break;
-            }
-            Ok(_) | Err(_) => tokio::time::sleep(Duration::from_secs(2)).await,
-        }
-    }
+    let drained_after_s = drain(&mut fleet, &session, &namespace).await?;
     let seen = live
         .edges
         .as_ref()
@@ -398,6 +242,203 @@ async fn run_one(
         passed,
         logs: dir.display().to_string(),
     })
+}
+
+/// A run's settings: its namespace, a session key, the API on a free port.
+fn run_settings(base: &Settings, namespace: &str) -> Result<Settings> {
+    let mut settings = base.clone();
+    settings.cql.keyspace = namespace.to_string();
+    settings.kafka.topic_prefix = format!("{namespace}.");
+    if settings.api.session_key.is_empty() {
+        settings.api.session_key = format!("chaos-{:032x}", rand::random::<u128>());
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("finding a free port")?
+        .port();
+    settings.api.listen = format!("127.0.0.1:{port}");
+    Ok(settings)
+}
+
+/// The environment of a run's processes.
+fn process_env(settings: &Settings, dir: &std::path::Path) -> Vec<(String, String)> {
+    crate::procs::env([
+        ("LIKES__CQL__KEYSPACE", settings.cql.keyspace.clone()),
+        (
+            "LIKES__KAFKA__TOPIC_PREFIX",
+            settings.kafka.topic_prefix.clone(),
+        ),
+        ("LIKES__API__LISTEN", settings.api.listen.clone()),
+        ("LIKES__API__SESSION_KEY", settings.api.session_key.clone()),
+        ("LIKES__API__RELAY", "true".into()),
+        (
+            "LIKES__DEDUPE__STATE_DIR",
+            dir.join("dedupe-state").display().to_string(),
+        ),
+        ("LIKES__DEDUPE__INSTANCE_ID", "chaos-0".into()),
+        ("RUST_LOG", "info".into()),
+    ])
+}
+
+/// Waits, supervising, until no item drifts (or [`DRAIN`] passes, or Ctrl-C); returns how
+/// long that took.
+async fn drain(
+    fleet: &mut Fleet,
+    session: &Arc<scylla::client::session::Session>,
+    namespace: &str,
+) -> Result<Option<f64>> {
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        tokio::spawn(async move {
+            likes::runtime::shutdown::signal().await;
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+    let load_end = Instant::now();
+    while load_end.elapsed() < DRAIN && !interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+        fleet.tick()?;
+        match check::drift(session, namespace).await {
+            Ok((_, 0)) => return Ok(Some(load_end.elapsed().as_secs_f64())),
+            Ok(_) | Err(_) => tokio::time::sleep(Duration::from_secs(2)).await,
+        }
+    }
+    Ok(None)
+}
+
+/// A replay under way: the stage it holds stopped, and the reset's outcome.
+type Replaying = (
+    &'static str,
+    tokio::task::JoinHandle<likes::Result<cmd::replay::ReplayReport>>,
+);
+
+/// The faults of a run as they strike, one at a time: a fault waits until the dependency
+/// killed before it is back and a replay before it is done.
+struct Strikes<'a> {
+    settings: &'a Settings,
+    topology: &'a Topology,
+    session: &'a Arc<scylla::client::session::Session>,
+    dir: &'a std::path::Path,
+    stack_dir: &'a std::path::Path,
+    stack_script: &'a PathBuf,
+    fleet: &'a mut Fleet,
+    struck: Vec<Planned>,
+    /// Most items behind their edges when a dependency came back.
+    max_drift: usize,
+    /// A killed dependency comes back at this time.
+    down_until: Option<Instant>,
+    replaying: Option<Replaying>,
+}
+
+impl Strikes<'_> {
+    /// Strikes `plan` while the load runs; returns once the load and every fault are done.
+    async fn run(
+        &mut self,
+        plan: &[Planned],
+        load: &tokio::task::JoinHandle<()>,
+        started: Instant,
+    ) -> Result<()> {
+        let mut next = 0;
+        loop {
+            self.fleet.tick()?;
+            let t = started.elapsed().as_secs_f64();
+            if self
+                .replaying
+                .as_ref()
+                .is_some_and(|(_, task)| task.is_finished())
+            {
+                self.replay_done(t).await;
+            } else if self.replaying.is_some() {
+                // The next fault waits for the replay.
+            } else if let Some(at) = self.down_until {
+                if Instant::now() >= at {
+                    self.stack_back(started).await?;
+                }
+            } else if next < plan.len() && t >= plan[next].at_s {
+                let f = &plan[next].fault;
+                say(&format!("  t={t:>5.1}s {f:?}"));
+                self.struck.push(Planned {
+                    at_s: (t * 10.0).round() / 10.0,
+                    fault: f.clone(),
+                    outcome: None,
+                });
+                self.strike(f)?;
+                next += 1;
+            } else if load.is_finished() && next >= plan.len() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    fn strike(&mut self, f: &Fault) -> Result<()> {
+        match f {
+            Fault::Kill { process } => self.fleet.kill9(process),
+            Fault::WipeDedupeState => {
+                // The first instance's disk only; dedupe-2 keeps its own.
+                self.fleet.kill9("dedupe");
+                let group = self.settings.group(&self.topology.groups.dedupe);
+                let _ = std::fs::remove_dir_all(
+                    self.dir.join("dedupe-state").join(group).join("chaos-0"),
+                );
+            }
+            Fault::Broker { down_s } => {
+                faults::kill9_dependency(self.stack_dir, "kafka")?;
+                self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
+            }
+            Fault::Cassandra { down_s } => {
+                faults::kill9_dependency(self.stack_dir, "cassandra")?;
+                self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
+            }
+            Fault::Replay { stage, back_s } => {
+                self.fleet.hold(stage);
+                let group = self.settings.group(if *stage == "count" {
+                    &self.topology.groups.count
+                } else {
+                    &self.topology.groups.dedupe
+                });
+                let to = likes::runtime::clock::now_ms() - *back_s as i64 * 1000;
+                let (s, t) = (self.settings.clone(), self.topology.clone());
+                let task = tokio::spawn(async move {
+                    cmd::replay::run_checked(&s, &t, &group, cmd::replay::Target::Time(to)).await
+                });
+                self.replaying = Some((stage, task));
+            }
+        }
+        Ok(())
+    }
+
+    /// A replay finished: its outcome noted, its stage released.
+    async fn replay_done(&mut self, t: f64) {
+        let (stage, task) = self.replaying.take().expect("a replay runs");
+        let outcome = match task.await {
+            Ok(Ok(r)) => format!("reset: {}", r.to_string().lines().next().unwrap_or("")),
+            Ok(Err(e)) => format!("refused: {e}"),
+            Err(e) => format!("failed: {e}"),
+        };
+        say(&format!("  t={t:>5.1}s replay of {stage}: {outcome}"));
+        if let Some(last) = self.struck.last_mut() {
+            last.outcome = Some(outcome);
+        }
+        self.fleet.release(stage);
+    }
+
+    /// The killed dependency's time is up: the stack is brought back.
+    async fn stack_back(&mut self, started: Instant) -> Result<()> {
+        let script = self.stack_script.clone();
+        tokio::task::spawn_blocking(move || faults::stack_up(&script))
+            .await
+            .map_err(|e| anyhow!("stack up: {e}"))??;
+        self.down_until = None;
+        say(&format!(
+            "  t={:>5.1}s the stack is up again",
+            started.elapsed().as_secs_f64()
+        ));
+        if let Ok((_, behind)) = check::drift(self.session, &self.settings.cql.keyspace).await {
+            self.max_drift = self.max_drift.max(behind);
+        }
+        Ok(())
+    }
 }
 
 fn say(line: &str) {

@@ -22,7 +22,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use crate::bench::cpu_seconds;
+use super::scrape::cpu_seconds;
 use crate::procs::{self, stop, Proc};
 use anyhow::{anyhow, Result};
 use likes::api::{self, auth::Signer};
@@ -301,11 +301,67 @@ pub async fn run(
     let signer = Arc::new(Signer::new(settings.api.session_key.as_bytes()));
     let expires = stamp / 1000 + 3600;
 
+    let loops = Loops {
+        http,
+        url,
+        signer,
+        expires,
+        mix,
+        app,
+        session: session.clone(),
+        claim_lwt,
+        edge_lwt,
+    };
     for round in 0..args.rounds {
-        let tag = format!("r{round}");
+        let r = loops
+            .round(&format!("r{round}"), args.rate, args.seconds)
+            .await;
+        for (name, l) in LOOPS.iter().zip(r.loops()) {
+            eprintln!(
+                "bench api: round {}/{}: {name}: {l:?}",
+                round + 1,
+                args.rounds
+            );
+        }
+        report.rounds.push(r);
+    }
+    stop(&mut child);
+    report.summarize();
+    likes::cmd::namespace::drop(&session, &settings, topology).await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&args.out)?;
+    let json = serde_json::to_string_pretty(&report)?;
+    let path = args.out.join(format!("api-{stamp}.json"));
+    std::fs::write(&path, json)?;
+    eprintln!("bench api: report written to {}", path.display());
+    Ok(report)
+}
+
+/// The four loops of a round, and what they share.
+struct Loops {
+    http: reqwest::Client,
+    url: String,
+    signer: Arc<Signer>,
+    expires: i64,
+    mix: Arc<Mutex<Mix>>,
+    app: Arc<api::App>,
+    session: Arc<scylla::client::session::Session>,
+    claim_lwt: Arc<scylla::statement::prepared::PreparedStatement>,
+    edge_lwt: Arc<scylla::statement::prepared::PreparedStatement>,
+}
+
+impl Loops {
+    /// One round: the API over HTTP, the write path in process, the LWT floor, a bare LWT.
+    async fn round(&self, tag: &str, rate: f64, seconds: u64) -> Round {
         let mut r = Round::default();
-        r.api = open_loop(args.rate, args.seconds, |i| {
-            let (http, mix, url, signer) = (http.clone(), mix.clone(), url.clone(), signer.clone());
+        r.api = open_loop(rate, seconds, |i| {
+            let (http, mix, url, signer) = (
+                self.http.clone(),
+                self.mix.clone(),
+                self.url.clone(),
+                self.signer.clone(),
+            );
+            let expires = self.expires;
             let key = format!("h{tag}-{i}");
             async move {
                 let (user, item, like) = mix.lock().await.next();
@@ -327,8 +383,8 @@ pub async fn run(
             }
         })
         .await;
-        r.in_process = open_loop(args.rate, args.seconds, |i| {
-            let (app, mix) = (app.clone(), mix.clone());
+        r.in_process = open_loop(rate, seconds, |i| {
+            let (app, mix) = (self.app.clone(), self.mix.clone());
             let key = format!("k{tag}-{i}");
             async move {
                 let (user, item, like) = mix.lock().await.next();
@@ -338,8 +394,12 @@ pub async fn run(
             }
         })
         .await;
-        r.lwt_floor = open_loop(args.rate, args.seconds, |i| {
-            let (s, claim, edge) = (session.clone(), claim_lwt.clone(), edge_lwt.clone());
+        r.lwt_floor = open_loop(rate, seconds, |i| {
+            let (s, claim, edge) = (
+                self.session.clone(),
+                self.claim_lwt.clone(),
+                self.edge_lwt.clone(),
+            );
             let (user, key) = (format!("f{tag}-{i}"), format!("fk{tag}-{i}"));
             async move {
                 s.execute_unpaged(&claim, (&user, key)).await.is_ok()
@@ -349,31 +409,14 @@ pub async fn run(
             }
         })
         .await;
-        r.bare_lwt = open_loop(args.rate, args.seconds, |i| {
-            let (s, st) = (session.clone(), edge_lwt.clone());
+        r.bare_lwt = open_loop(rate, seconds, |i| {
+            let (s, st) = (self.session.clone(), self.edge_lwt.clone());
             let (item, user) = (format!("bare-{}", i % 10_000), format!("b{tag}-{i}"));
             async move { s.execute_unpaged(&st, (item, user)).await.is_ok() }
         })
         .await;
-        for (name, l) in LOOPS.iter().zip(r.loops()) {
-            eprintln!(
-                "bench api: round {}/{}: {name}: {l:?}",
-                round + 1,
-                args.rounds
-            );
-        }
-        report.rounds.push(r);
+        r
     }
-    stop(&mut child);
-    report.summarize();
-    likes::cmd::namespace::drop(&session, &settings, topology).await?;
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&args.out)?;
-    let json = serde_json::to_string_pretty(&report)?;
-    let path = args.out.join(format!("api-{stamp}.json"));
-    std::fs::write(&path, json)?;
-    eprintln!("bench api: report written to {}", path.display());
-    Ok(report)
 }
 
 /// Starts `likes api` in the bench's namespace, without the relay (the bench measures

@@ -12,27 +12,32 @@
 //! Figures come from the stages' own /metrics; peak RSS from /proc (VmHWM).
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Message as _, Offset, TopicPartitionList};
 use serde::Serialize;
 use tracing::info;
 
+use super::gen::{Generator, Zipf};
+use super::scrape::{buckets, diff, peak_rss_mb, quantile, scrape};
 use crate::procs::{self, stop, Proc};
 use anyhow::{anyhow, Result};
 use likes::config::Settings;
 use likes::kafka;
 use likes::runtime::metrics as m;
-use likes::schema::v1::{LikeEvent, Source};
+use likes::schema::v1::LikeEvent;
 use likes::store::counts::Counts;
 use likes::topology::Topology;
+
+/// The stages' metrics ports during a run.
+const DEDUPE_PORT: u16 = 19_464;
+const COUNT_PORT: u16 = 19_465;
 
 /// The start of the live phase that is not measured.
 const LIVE_WARMUP: Duration = Duration::from_secs(5);
@@ -106,82 +111,6 @@ pub struct BenchReport {
     pub count_peak_rss_mb: f64,
 }
 
-/// Zipf(s = 1) over `n` items by inverse CDF.
-pub(crate) struct Zipf(Vec<f64>);
-
-impl Zipf {
-    pub(crate) fn new(n: u32) -> Self {
-        let mut acc = 0.0;
-        let cdf = (1..=n)
-            .map(|k| {
-                acc += 1.0 / k as f64;
-                acc
-            })
-            .collect::<Vec<_>>();
-        let total = acc;
-        Zipf(cdf.into_iter().map(|c| c / total).collect())
-    }
-    pub(crate) fn sample(&self, rng: &mut StdRng) -> usize {
-        let u: f64 = rng.random();
-        self.0.partition_point(|&c| c < u).min(self.0.len() - 1)
-    }
-}
-
-/// Generates events and keeps the ground truth.
-struct Generator {
-    rng: StdRng,
-    zipf: Zipf,
-    viral_share: f64,
-    next_user: u64,
-    liked: Vec<(u32, u64)>,
-    truth: HashMap<String, i64>,
-    /// The topology's bucket count.
-    buckets: u32,
-}
-
-const VIRAL: u32 = u32::MAX;
-
-impl Generator {
-    fn item_name(i: u32) -> String {
-        if i == VIRAL {
-            "item-viral".into()
-        } else {
-            format!("item-{i}")
-        }
-    }
-
-    fn next(&mut self, now_ms: i64) -> (String, Vec<u8>) {
-        let unlike = !self.liked.is_empty() && self.rng.random_bool(0.1);
-        let (item, user, op) = if unlike {
-            let j = self.rng.random_range(0..self.liked.len());
-            let (item, user) = self.liked.swap_remove(j);
-            (item, user, 2)
-        } else {
-            let item = if self.rng.random_bool(self.viral_share) {
-                VIRAL
-            } else {
-                self.zipf.sample(&mut self.rng) as u32
-            };
-            self.next_user += 1;
-            self.liked.push((item, self.next_user));
-            (item, self.next_user, 1)
-        };
-        let item_id = Self::item_name(item);
-        *self.truth.entry(item_id.clone()).or_insert(0) += if op == 1 { 1 } else { -1 };
-        let user_id = format!("u{user}");
-        likes::records::Flip {
-            item: &item_id,
-            user: &user_id,
-            op_id: op,
-            liked: op == 1,
-            event_time_ms: now_ms,
-            prev_event_time_ms: if op == 2 { now_ms - 1 } else { 0 },
-            source: Source::Test,
-        }
-        .record(self.buckets)
-    }
-}
-
 fn producer(settings: &Settings) -> Result<ThreadedProducer<DefaultProducerContext>> {
     Ok(kafka::producer_config(&settings.kafka)
         .set("linger.ms", "20")
@@ -245,111 +174,6 @@ fn raw_consume(settings: &Settings, topic: &str, partitions: i32, expected: u64)
     }
     std::hint::black_box(bytes);
     Ok(n as f64 / started.elapsed().as_secs_f64())
-}
-
-/// GET /metrics from a stage.
-pub(crate) fn scrape(port: u16) -> HashMap<String, f64> {
-    let mut out = HashMap::new();
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return out;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        if let Some((k, v)) = line.rsplit_once(' ') {
-            if let Ok(v) = v.parse::<f64>() {
-                out.insert(k.to_string(), v);
-            }
-        }
-    }
-    out
-}
-
-/// Cumulative bucket counts of histogram `name`, by upper bound.
-pub(crate) fn buckets(metrics: &HashMap<String, f64>, name: &str) -> Vec<(f64, f64)> {
-    let prefix = format!("{name}_bucket{{le=\"");
-    let mut v: Vec<(f64, f64)> = metrics
-        .iter()
-        .filter_map(|(k, &c)| {
-            let le = k.strip_prefix(&prefix)?.strip_suffix("\"}")?;
-            let le = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().ok()?
-            };
-            Some((le, c))
-        })
-        .collect();
-    v.sort_by(|a, b| a.0.total_cmp(&b.0));
-    v
-}
-
-/// A quantile from cumulative buckets (linear within the bucket).
-pub(crate) fn quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
-    let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
-    if total == 0.0 {
-        return f64::NAN;
-    }
-    let target = q * total;
-    let (mut prev_le, mut prev_c) = (0.0, 0.0);
-    for &(le, c) in buckets {
-        if c >= target {
-            if le.is_infinite() {
-                return prev_le;
-            }
-            let frac = if c > prev_c {
-                (target - prev_c) / (c - prev_c)
-            } else {
-                0.0
-            };
-            return prev_le + frac * (le - prev_le);
-        }
-        (prev_le, prev_c) = (le, c);
-    }
-    prev_le
-}
-
-pub(crate) fn diff(after: &[(f64, f64)], before: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    after
-        .iter()
-        .map(|&(le, c)| {
-            let b = before
-                .iter()
-                .find(|x| x.0 == le)
-                .map(|x| x.1)
-                .unwrap_or(0.0);
-            (le, c - b)
-        })
-        .collect()
-}
-
-/// CPU seconds (user + system) a process has used so far; NaN when it is gone.
-pub(crate) fn cpu_seconds(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            // Fields after the parenthesised command name; utime and stime are 14th and 15th.
-            let rest = s.rsplit_once(')')?.1;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-            // USER_HZ is 100 on every Linux this runs on.
-            Some(ticks / 100.0)
-        })
-        .unwrap_or(f64::NAN)
-}
-
-fn peak_rss_mb(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
 }
 
 /// Starts a stage of a benchmark in the bench's own namespace, its metrics on `port`.
@@ -449,17 +273,7 @@ pub async fn topology(
 
     // 1. The backlog.
     let p = producer(&settings)?;
-    let started = Instant::now();
-    let now = likes::runtime::clock::now_ms();
-    for i in 0..args.events {
-        let (k, v) = g.next(now);
-        send(&p, &events_topic, &k, &v)?;
-        if i % 500_000 == 0 && i > 0 {
-            eprintln!("bench: produced {i} events");
-        }
-    }
-    p.flush(Duration::from_secs(120))?;
-    report.produce_events_per_s = args.events as f64 / started.elapsed().as_secs_f64();
+    report.produce_events_per_s = produce_backlog(&p, &mut g, &events_topic, args.events)?;
     eprintln!(
         "bench: produced {} events at {:.0}/s",
         args.events, report.produce_events_per_s
@@ -482,25 +296,12 @@ pub async fn topology(
     // 3. The topology on the backlog.
     let truth_total: i64 = g.truth.values().sum();
     let started = Instant::now();
-    const DEDUPE_PORT: u16 = 19_464;
-    const COUNT_PORT: u16 = 19_465;
     let mut dedupe = spawn_stage("dedupe", &settings, DEDUPE_PORT, &dir)?;
     let mut count = spawn_stage("count", &settings, COUNT_PORT, &dir)?;
     let dedupe_done = wait_drained(&counts, DEDUPE_PORT, args.events as f64, truth_total).await?;
     report.dedupe_events_per_s =
         args.events as f64 / dedupe_done.duration_since(started).as_secs_f64();
-    let d = scrape(DEDUPE_PORT);
-    let phase = |p: &str| {
-        d.get(&format!("{}_sum{{phase=\"{p}\"}}", m::TURN_SECONDS))
-            .copied()
-            .unwrap_or(0.0)
-    };
-    report.dedupe_phase_seconds = [
-        phase("poll"),
-        phase("process"),
-        phase("commit"),
-        phase("state"),
-    ];
+    report.dedupe_phase_seconds = turn_phases(&scrape(DEDUPE_PORT));
     report.drain_seconds = started.elapsed().as_secs_f64();
     report.topology_events_per_s = args.events as f64 / report.drain_seconds;
     report.ratio_to_raw = report.topology_events_per_s / report.raw_consume_events_per_s;
@@ -516,20 +317,8 @@ pub async fn topology(
     report.live_rate_events_per_s = rate;
     let warmup_events = (rate * LIVE_WARMUP.as_secs_f64()) as u64;
     let live_events = warmup_events + (rate * args.live_seconds as f64) as u64;
-    let (mut before, mut before_dedupe) = (HashMap::new(), HashMap::new());
-    let started = Instant::now();
-    for i in 0..live_events {
-        if i == warmup_events {
-            before = scrape(COUNT_PORT);
-            before_dedupe = scrape(DEDUPE_PORT);
-        }
-        let due = started + Duration::from_secs_f64(i as f64 / rate);
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            tokio::time::sleep(wait).await;
-        }
-        let (k, v) = g.next(likes::runtime::clock::now_ms());
-        send(&p, &events_topic, &k, &v)?;
-    }
+    let (before, before_dedupe) =
+        produce_live(&p, &mut g, &events_topic, rate, live_events, warmup_events).await?;
     p.flush(Duration::from_secs(60))?;
     let truth_total: i64 = g.truth.values().sum();
     wait_drained(
@@ -539,33 +328,8 @@ pub async fn topology(
         truth_total,
     )
     .await?;
-    let after = scrape(COUNT_PORT);
-    let live = |name: &str| diff(&buckets(&after, name), &buckets(&before, name));
-    let staleness = live(m::STALENESS_SECONDS);
-    report.live_staleness_p50_s = quantile(&staleness, 0.5);
-    report.live_staleness_p99_s = quantile(&staleness, 0.99);
-    let after_dedupe = scrape(DEDUPE_PORT);
-    let arrival = diff(
-        &buckets(&after_dedupe, m::EVENT_DELAY_SECONDS),
-        &buckets(&before_dedupe, m::EVENT_DELAY_SECONDS),
-    );
-    report.live_stage1_arrival_p50_s = quantile(&arrival, 0.5);
-    report.live_stage1_arrival_p99_s = quantile(&arrival, 0.99);
-    let input = live(m::INPUT_DELAY_SECONDS);
-    report.live_input_delay_p50_s = quantile(&input, 0.5);
-    report.live_input_delay_p99_s = quantile(&input, 0.99);
-    report.windows_applied = after.get(m::WINDOWS_APPLIED).copied().unwrap_or(0.0);
-    report.lwts = after.get(m::SINK_LWTS).copied().unwrap_or(0.0);
-    report.lwts_per_applied_window = report.lwts / report.windows_applied.max(1.0);
-    report.dedupe_peak_rss_mb = peak_rss_mb(dedupe.child.id());
-    let d = scrape(DEDUPE_PORT);
-    report.dedupe_state_memory_mb = ["memtables", "block_cache", "table_readers"].map(|k| {
-        d.get(&format!("{}{{kind=\"{k}\"}}", m::STATE_MEMORY))
-            .copied()
-            .unwrap_or(0.0)
-            / 1048576.0
-    });
-    report.count_peak_rss_mb = peak_rss_mb(count.child.id());
+    live_figures(&mut report, &before, &before_dedupe);
+    memory_figures(&mut report, dedupe.child.id(), count.child.id());
     stop(&mut dedupe);
     stop(&mut count);
 
@@ -592,6 +356,101 @@ pub async fn topology(
     std::fs::write(&path, json)?;
     eprintln!("bench: report written to {}", path.display());
     Ok(report)
+}
+
+/// Produces `n` events of the backlog, all stamped now; returns the produce rate.
+fn produce_backlog(
+    p: &ThreadedProducer<DefaultProducerContext>,
+    g: &mut Generator,
+    topic: &str,
+    n: u64,
+) -> Result<f64> {
+    let started = Instant::now();
+    let now = likes::runtime::clock::now_ms();
+    for i in 0..n {
+        let (k, v) = g.next(now);
+        send(p, topic, &k, &v)?;
+        if i % 500_000 == 0 && i > 0 {
+            eprintln!("bench: produced {i} events");
+        }
+    }
+    p.flush(Duration::from_secs(120))?;
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Produces `n` live events at `rate`, open loop; returns both stages' metrics as they
+/// were when the first `warmup` events were out (the measured part starts there).
+async fn produce_live(
+    p: &ThreadedProducer<DefaultProducerContext>,
+    g: &mut Generator,
+    topic: &str,
+    rate: f64,
+    n: u64,
+    warmup: u64,
+) -> Result<(HashMap<String, f64>, HashMap<String, f64>)> {
+    let (mut before, mut before_dedupe) = (HashMap::new(), HashMap::new());
+    let started = Instant::now();
+    for i in 0..n {
+        if i == warmup {
+            before = scrape(COUNT_PORT);
+            before_dedupe = scrape(DEDUPE_PORT);
+        }
+        let due = started + Duration::from_secs_f64(i as f64 / rate);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            tokio::time::sleep(wait).await;
+        }
+        let (k, v) = g.next(likes::runtime::clock::now_ms());
+        send(p, topic, &k, &v)?;
+    }
+    Ok((before, before_dedupe))
+}
+
+/// Stage 1's seconds in each phase of its turns.
+fn turn_phases(d: &HashMap<String, f64>) -> [f64; 4] {
+    ["poll", "process", "commit", "state"].map(|p| {
+        d.get(&format!("{}_sum{{phase=\"{p}\"}}", m::TURN_SECONDS))
+            .copied()
+            .unwrap_or(0.0)
+    })
+}
+
+/// The live phase's figures: the histograms' growth since `before`, and the sink's totals.
+fn live_figures(
+    report: &mut BenchReport,
+    before: &HashMap<String, f64>,
+    before_dedupe: &HashMap<String, f64>,
+) {
+    let after = scrape(COUNT_PORT);
+    let live = |name: &str| diff(&buckets(&after, name), &buckets(before, name));
+    let staleness = live(m::STALENESS_SECONDS);
+    report.live_staleness_p50_s = quantile(&staleness, 0.5);
+    report.live_staleness_p99_s = quantile(&staleness, 0.99);
+    let after_dedupe = scrape(DEDUPE_PORT);
+    let arrival = diff(
+        &buckets(&after_dedupe, m::EVENT_DELAY_SECONDS),
+        &buckets(before_dedupe, m::EVENT_DELAY_SECONDS),
+    );
+    report.live_stage1_arrival_p50_s = quantile(&arrival, 0.5);
+    report.live_stage1_arrival_p99_s = quantile(&arrival, 0.99);
+    let input = live(m::INPUT_DELAY_SECONDS);
+    report.live_input_delay_p50_s = quantile(&input, 0.5);
+    report.live_input_delay_p99_s = quantile(&input, 0.99);
+    report.windows_applied = after.get(m::WINDOWS_APPLIED).copied().unwrap_or(0.0);
+    report.lwts = after.get(m::SINK_LWTS).copied().unwrap_or(0.0);
+    report.lwts_per_applied_window = report.lwts / report.windows_applied.max(1.0);
+}
+
+/// Peak RSS of both stages, and stage 1's RocksDB memory by kind.
+fn memory_figures(report: &mut BenchReport, dedupe_pid: u32, count_pid: u32) {
+    report.dedupe_peak_rss_mb = peak_rss_mb(dedupe_pid);
+    let d = scrape(DEDUPE_PORT);
+    report.dedupe_state_memory_mb = ["memtables", "block_cache", "table_readers"].map(|k| {
+        d.get(&format!("{}{{kind=\"{k}\"}}", m::STATE_MEMORY))
+            .copied()
+            .unwrap_or(0.0)
+            / 1048576.0
+    });
+    report.count_peak_rss_mb = peak_rss_mb(count_pid);
 }
 
 impl std::fmt::Display for BenchReport {
@@ -661,31 +520,5 @@ impl std::fmt::Display for BenchReport {
             f,
             "| stage 1 RocksDB memtables / block cache / table readers | {mem:.0} / {cache:.0} / {readers:.0} MB |"
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quantiles_from_buckets() {
-        let b = vec![
-            (0.1, 50.0),
-            (0.5, 90.0),
-            (1.0, 100.0),
-            (f64::INFINITY, 100.0),
-        ];
-        assert!((quantile(&b, 0.5) - 0.1).abs() < 1e-9);
-        assert!((quantile(&b, 0.99) - 0.95).abs() < 1e-9);
-        assert!(quantile(&[], 0.5).is_nan());
-    }
-
-    #[test]
-    fn zipf_prefers_the_head() {
-        let z = Zipf::new(1000);
-        let mut rng = StdRng::seed_from_u64(1);
-        let head = (0..10_000).filter(|_| z.sample(&mut rng) < 10).count();
-        assert!(head > 3000, "{head}");
     }
 }

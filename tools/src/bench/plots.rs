@@ -1,0 +1,186 @@
+//! The report's PNG plots: throughput, staleness and the latency CDF against offered load.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+
+use super::report::{mmm, LevelRun};
+
+/// Registers a TrueType font for the plots' text (plotters draws text with ab_glyph, pure
+/// Rust, so the build needs no fontconfig; a font file must exist at run time).
+fn register_font() -> Result<()> {
+    const CANDIDATES: [&str; 4] = [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    ];
+    let path = std::env::var("LIKES_PLOT_FONT")
+        .ok()
+        .into_iter()
+        .chain(CANDIDATES.iter().map(|s| s.to_string()))
+        .find(|p| Path::new(p).exists())
+        .ok_or_else(|| {
+            anyhow!(
+                "the plots need a TrueType font: install fonts-dejavu-core or set LIKES_PLOT_FONT"
+            )
+        })?;
+    let bytes: &'static [u8] = Box::leak(
+        std::fs::read(&path)
+            .map_err(|e| anyhow!(format!("{path}: {e}")))?
+            .into_boxed_slice(),
+    );
+    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+        .map_err(|_| anyhow!(format!("{path} is not a usable TrueType font")))?;
+    Ok(())
+}
+
+fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!(format!("drawing a plot: {e:?}"))
+}
+
+/// Median points of a figure against offered load, with the min–max as a band of dots.
+fn line_plot(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    sweep: &[Vec<LevelRun>],
+    f: fn(&LevelRun) -> f64,
+    diagonal: bool,
+) -> Result<()> {
+    let pts: Vec<(f64, (f64, f64, f64))> = sweep
+        .iter()
+        .filter_map(|runs| Some((runs.first()?.offered_per_s, mmm(runs.iter().map(f)))))
+        .collect();
+    let x_max = pts.iter().map(|p| p.0).fold(1.0, f64::max) * 1.05;
+    let y_max = pts
+        .iter()
+        .map(|p| p.1 .2)
+        .filter(|v| v.is_finite())
+        .fold(if diagonal { x_max } else { 0.0 }, f64::max)
+        .max(1e-3)
+        * 1.1;
+    let root = BitMapBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("offered writes/s")
+        .y_desc(y_label)
+        .draw()
+        .map_err(plot_err)?;
+    if diagonal {
+        chart
+            .draw_series(LineSeries::new(
+                [(0.0, 0.0), (x_max, x_max)],
+                &RGBColor(180, 180, 180),
+            ))
+            .map_err(plot_err)?
+            .label("achieved = offered")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RGBColor(180, 180, 180)));
+    }
+    chart
+        .draw_series(LineSeries::new(
+            pts.iter().map(|p| (p.0, p.1 .0)),
+            BLUE.stroke_width(2),
+        ))
+        .map_err(plot_err)?
+        .label("median")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE.stroke_width(2)));
+    chart
+        .draw_series(pts.iter().flat_map(|p| {
+            [p.1 .1, p.1 .2]
+                .into_iter()
+                .filter(|v| v.is_finite())
+                .map(move |v| Circle::new((p.0, v), 3, RED.filled()))
+        }))
+        .map_err(plot_err)?
+        .label("min / max")
+        .legend(|(x, y)| Circle::new((x + 10, y), 3, RED.filled()));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}
+
+pub(super) fn plots(dir: &Path, sweep: &[Vec<LevelRun>]) -> Result<()> {
+    register_font()?;
+    line_plot(
+        &dir.join("throughput.png"),
+        "Achieved vs offered writes/s (whole system)",
+        "achieved writes/s",
+        sweep,
+        |r| r.achieved_per_s,
+        true,
+    )?;
+    line_plot(
+        &dir.join("staleness.png"),
+        "Staleness p99 at the sink vs offered load",
+        "staleness p99, s",
+        sweep,
+        |r| r.staleness_p99_s,
+        false,
+    )?;
+    // The latency CDF of each level's median run (by p99).
+    let cdf_path = dir.join("latency-cdf.png");
+    let root = BitMapBackend::new(&cdf_path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let x_max = sweep
+        .iter()
+        .flat_map(|runs| runs.iter().flat_map(|r| r.cdf.iter().map(|p| p.0)))
+        .fold(1.0, f64::max)
+        .max(1.0);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Write latency CDF by offered load (log scale)",
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .build_cartesian_2d((0.1..x_max * 1.2).log_scale(), 0.0..1.0)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("latency from the scheduled send, ms")
+        .y_desc("share of requests")
+        .draw()
+        .map_err(plot_err)?;
+    for (k, runs) in sweep.iter().enumerate() {
+        let mut sorted: Vec<&LevelRun> = runs.iter().collect();
+        sorted.sort_by(|a, b| a.p99_ms.total_cmp(&b.p99_ms));
+        let Some(run) = sorted.get(sorted.len() / 2) else {
+            continue;
+        };
+        let color = Palette99::pick(k).to_rgba();
+        chart
+            .draw_series(LineSeries::new(
+                run.cdf.iter().map(|&(ms, q)| (ms.max(0.1), q)),
+                color.stroke_width(2),
+            ))
+            .map_err(plot_err)?
+            .label(format!("{:.0}/s", run.offered_per_s))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}
