@@ -234,7 +234,7 @@ stop_demo() {
   for f in "$STATE"/demo/*.pid; do
     [[ -f "$f" ]] || continue
     pid="$(cat "$f")"
-    if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q likes; then
+    if tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" | grep -q likes; then
       kill -TERM "$pid" 2>/dev/null || true
       for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
       kill -KILL "$pid" 2>/dev/null || true
