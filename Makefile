@@ -63,7 +63,7 @@ demo: build ## The main job: api + relay + both stages under load, a viral burst
 	@if stack/stack.sh running; then was_up=yes; else was_up=no; fi; \
 	stack/stack.sh up && $(TOOLS) demo; status=$$?; \
 	if [ $$status -ne 0 ]; then \
-	  if [ $$was_up = no ]; then echo "demo: failed; stopping the stack it started (logs stay under ~/.cache/likes/stack/logs)"; stack/stack.sh down; \
+	  if [ $$was_up = no ]; then echo "demo: failed; stopping the stack it started (its logs stay under $(LIKES_CACHE)/stack/logs)"; stack/stack.sh down; \
 	  else echo "demo: failed; the stack was up before and stays up (make down stops it)"; fi; \
 	fi; exit $$status
 

@@ -2,6 +2,7 @@
 //! request fail right after the flip, the outbox keeps the entry, and the relay publishes
 //! the edge's event (once; its next pass publishes nothing). A retry with the same key
 //! replays the answer stored at the flip: the key never runs twice once it flipped.
+//! `likes relay` as a process of its own does the same, and needs no API session key.
 
 #![cfg(feature = "failpoints")]
 
@@ -16,8 +17,12 @@ use common::api::{self, all_events, of};
 use common::topology as fx;
 use likes::relay::{self, Relay};
 
+/// Fail points are process-wide: the tests that arm them take turns.
+static FAILPOINTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_flip_whose_produce_failed_is_published_by_the_relay() {
+    let _turn = FAILPOINTS.lock().await;
     let (settings, topology, _app, client) = api::serve("relay").await;
     // The relay as `likes relay` runs it: its own connections, no API session key.
     let relay_alone = Relay::connect(&settings, &topology).await.unwrap();
@@ -66,5 +71,57 @@ async fn a_flip_whose_produce_failed_is_published_by_the_relay() {
         vec![(1, true)],
         "exactly one event for the flip: the relay's"
     );
+    fx::teardown(&settings, &topology).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_relay_process_needs_no_session_key_and_publishes_a_pending_flip() {
+    let (settings, topology, _app, client) = api::serve("relayproc").await;
+    {
+        let _turn = FAILPOINTS.lock().await;
+        fail::cfg("api-after-flip-before-produce", "return").unwrap();
+        let (s, e) = client.like("finn", "item-8", "k1").await;
+        fail::remove("api-after-flip-before-produce");
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+    }
+
+    // `likes relay` with no session key at all; a short min_age (it must exceed the write
+    // deadline plus the CQL timeout) so the entry is due within seconds.
+    let dir = std::env::temp_dir().join(format!("likes-test-{}", settings.cql.keyspace));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut env = common::procs::stage_env(&settings, &dir.join("audit.log"));
+    for (k, v) in [
+        ("LIKES__API__SESSION_KEY", ""),
+        ("LIKES__API__WRITE_DEADLINE", "1s"),
+        ("LIKES__CQL__REQUEST_TIMEOUT", "2s"),
+        ("LIKES__API__RELAY_MIN_AGE", "4s"),
+    ] {
+        env.push((k.into(), v.into()));
+    }
+    let mut relay = common::procs::Stage::new("relay", env, &dir);
+    relay.start();
+
+    let topic = settings.topic(&topology.topics.events.name);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let published = loop {
+        relay.assert_alive();
+        let (s2, t2) = (settings.clone(), topic.clone());
+        let events = tokio::task::spawn_blocking(move || all_events(&s2, &t2))
+            .await
+            .unwrap();
+        let mine = of(&events, "item-8", "finn");
+        if !mine.is_empty() || std::time::Instant::now() > deadline {
+            break mine;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    assert_eq!(
+        published,
+        vec![(1, true)],
+        "the relay process published the flip, once; log:\n{}",
+        relay.tail()
+    );
+    relay.stop(); // SIGTERM: a clean exit
+    let _ = std::fs::remove_dir_all(&dir);
     fx::teardown(&settings, &topology).await;
 }

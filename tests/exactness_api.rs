@@ -1,0 +1,93 @@
+//! Regression tests for the exactness holes of issue 10 in the API, against the real stack:
+//! - a retry whose answer was lost after the flip never re-likes after a later unlike;
+//! - the relay never publishes an edge version that no request produced (a no-op like whose
+//!   outbox entry was left behind, on an edge whose stage-1 state has expired).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::topology as fx;
+
+/// Fail points are process-wide: the tests that arm them take turns.
+#[cfg(feature = "failpoints")]
+static FAILPOINTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_whose_answer_was_lost_after_the_flip_never_relikes() {
+    use common::api;
+    use reqwest::StatusCode;
+    use serde_json::json;
+
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, topology, _app, client) = api::serve("lostanswer").await;
+    // The like flips the edge, then fails: its answer never reaches the client.
+    fail::cfg("api-after-flip-before-produce", "return").unwrap();
+    let (s, e) = client.like("gus", "item-5", "like-1").await;
+    fail::remove("api-after-flip-before-produce");
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+    // The user changes their mind; then the lost like's retry arrives.
+    let (s, un) = client.unlike("gus", "item-5", "unlike-1").await;
+    assert_eq!(s, StatusCode::OK, "{un}");
+    assert_eq!(un["opId"], json!(2));
+    let (s, retried) = client.like("gus", "item-5", "like-1").await;
+    assert_eq!(s, StatusCode::OK, "{retried}");
+    assert_eq!(
+        retried["opId"],
+        json!(1),
+        "the retry replays the like's own answer"
+    );
+    let (_, liked) = client.get("gus", "/v1/items/item-5/likes/gus").await;
+    assert_eq!(
+        liked["liked"],
+        json!(false),
+        "the old like's retry must not undo the later unlike"
+    );
+    fx::teardown(&settings, &topology).await;
+}
+
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_relay_never_publishes_a_version_no_request_produced() {
+    use common::api;
+    use likes::relay::{self, Relay};
+    use reqwest::StatusCode;
+
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, mut topology, _app, client) = api::serve("relaynoop").await;
+    // The relay as `likes relay` runs it: its own connections, no API session key.
+    let relay_alone = Relay::connect(&settings, &topology).await.unwrap();
+    // A short horizon, so the like's stage-1 state expires within the test.
+    topology.dedupe_ttl = Duration::from_secs(4);
+    let mut run = fx::start(&settings, &topology);
+    let (s, e) = client.like("ann", "item-1", "k1").await;
+    assert_eq!(s, StatusCode::OK, "{e}");
+    let want: BTreeMap<String, i64> = [("item-1".to_string(), 1)].into();
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
+    assert_eq!(have, want);
+    tokio::time::sleep(Duration::from_secs(6)).await; // the like is past the horizon now
+
+    // A no-op like (already liked) whose outbox entry is left behind.
+    fail::cfg("api-before-outbox-clear", "return").unwrap();
+    let (s, e) = client.like("ann", "item-1", "k2").await;
+    fail::remove("api-before-outbox-clear");
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+
+    let pass = relay::pass(&relay_alone, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        pass.published, 0,
+        "the entry's request changed nothing: there is nothing to publish ({pass:?})"
+    );
+    assert_eq!(pass.cleared, 1, "the stale entry is deleted: {pass:?}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    run.check().await;
+    run.stop().await;
+    assert_eq!(
+        fx::nonzero(&fx::counts(&settings).await),
+        want,
+        "the count must not move"
+    );
+    fx::teardown(&settings, &topology).await;
+}
