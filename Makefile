@@ -19,9 +19,10 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 prereqs: ## Check what this machine lacks; as root install it (Debian), else print the apt-get line
-	@stack/prereqs.sh
+	@stack/prereqs.sh stack build lint bench
 
-up: prereqs ## Start Kafka and Cassandra on 127.0.0.1 (fetches jars once; idempotent)
+up: ## Start Kafka and Cassandra on 127.0.0.1 (fetches jars once; idempotent)
+	@stack/prereqs.sh stack
 	@stack/stack.sh up
 
 down: ## Stop exactly the Kafka and Cassandra processes `make up` started
@@ -33,7 +34,8 @@ stack-reset: ## Stop the stack and wipe its data
 stack-status: ## Show what runs and where the logs are
 	@stack/stack.sh status
 
-build: prereqs ## Build the `likes` binary and the `likes-tools` binary (debug)
+build: ## Build the `likes` binary and the `likes-tools` binary (debug)
+	@stack/prereqs.sh build
 	$(CARGO) build --workspace --bins
 
 migrate: build ## Create the CQL keyspace and tables
@@ -46,14 +48,17 @@ topology: up build ## Run dedupe + count in one process against the local stack 
 	$(LIKES) migrate && $(LIKES) topics && LIKES__METRICS__LISTEN=127.0.0.1:9464 $(LIKES) topology
 
 bench: up ## Every benchmark + a sweep of offered load -> bench/report.md with PNG plots (~25 min)
+	@stack/prereqs.sh build bench
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench report
 
 bench-api: up ## Benchmark the API over loopback (BENCH_RATE=1000 writes/s by default)
+	@stack/prereqs.sh build
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench api --rate $${BENCH_RATE:-1000}
 
 bench-topology: up ## Benchmark the topology (release build; BENCH_EVENTS=1000000 by default)
+	@stack/prereqs.sh build
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench topology --events $${BENCH_EVENTS:-1000000}
 
@@ -92,6 +97,7 @@ fuzz: ## Run each fuzz target (decoders of outside bytes) for FUZZ_SECONDS (nigh
 	done
 
 test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts the stack)
+	@stack/prereqs.sh build
 	$(CARGO) test --workspace --all-targets --features likes/failpoints --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
 	  status=$${PIPESTATUS[0]}; \
 	  awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(LIKES_CACHE)/last-test.log \
@@ -99,6 +105,7 @@ test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; star
 	  exit $$status
 
 test-unit: ## Only the tests that need no stack (unit tests of the product and the tools; seconds once built)
+	@stack/prereqs.sh build
 	$(CARGO) test --workspace --lib --bins --features likes/failpoints
 
 lint: buf ## rustfmt, clippy -D warnings, buf lint
@@ -111,5 +118,5 @@ fmt: ## Format the code
 
 buf: $(BUF)
 $(BUF):
-	@command -v npm >/dev/null || { echo "npm not found (needed once for buf): apt-get install npm" >&2; exit 1; }
+	@stack/prereqs.sh lint
 	npm install --silent --no-audit --no-fund --prefix $(LIKES_CACHE)/buf @bufbuild/buf@$(BUF_VERSION)

@@ -47,12 +47,14 @@ impl Relay {
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Self> {
         let session = cql::connect(&settings.cql).await?;
         cql::recorded::check(&session, &settings.cql.keyspace, topology).await?;
-        Self::prepare(session, settings, topology).await
+        let events = Events::connect(settings, topology)?;
+        Self::prepare(session, events, settings, topology).await
     }
 
-    /// On a session already connected and checked (the API's).
+    /// On a session already connected and checked and a producer already made (the API's).
     pub async fn prepare(
         session: Arc<scylla::client::session::Session>,
+        events: Events,
         settings: &Settings,
         topology: &Topology,
     ) -> Result<Self> {
@@ -60,7 +62,7 @@ impl Relay {
         Ok(Self {
             outbox: Outbox::prepare(session.clone(), ks).await?,
             edges: Edges::prepare(session, ks).await?,
-            events: Events::connect(settings, topology)?,
+            events,
             buckets: topology.buckets,
         })
     }

@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# What a fresh Debian machine lacks before `make demo` / `make test` / `.ci/run` can work.
-# `make demo`, `make test` and `.ci/run` all call this one script, so CI proves the list.
+# What a fresh Debian machine lacks before `make` can work. `make up`, `make build` (so
+# `make demo` and `make test`), `make lint`, `make bench` and `.ci/run` all call this one
+# script, each naming what it needs, so CI proves the list.
 #
-#   stack/prereqs.sh            check; as root install what is missing (apt-get), else print
-#                               the exact `apt-get install` line and exit 1
-#   stack/prereqs.sh --check    only check (exit 1 and print the line if anything is missing)
+#   stack/prereqs.sh [--check] [GROUP...]
+#     GROUP: stack (run Kafka and Cassandra), build (compile the crate), lint (buf),
+#            bench (the report's plots); none given: stack build
+#     as root, installs what is missing (apt-get) and says what each package is for;
+#     otherwise, or with --check, prints the exact `apt-get install` line and exits 1
 #
-# LIKES_SKIP_PREREQS=1 skips the check (e.g. a machine that is not Debian and has it all).
+# LIKES_SKIP_PREREQS=1 skips the check (a machine that has it all some other way).
 set -euo pipefail
 
 [[ "${LIKES_SKIP_PREREQS:-}" == 1 ]] && exit 0
 check_only=false
-[[ "${1:-}" == --check ]] && check_only=true
+groups=()
+for a in "$@"; do
+  case "$a" in
+    --check) check_only=true ;;
+    stack | build | lint | bench) groups+=("$a") ;;
+    *) echo "usage: $0 [--check] [stack|build|lint|bench]..." >&2; exit 2 ;;
+  esac
+done
+((${#groups[@]})) || groups=(stack build)
+wants() { [[ " ${groups[*]} " == *" $1 "* ]]; }
 
-# package: why (shown when it is installed)
+# package: why (shown when it is missing)
 declare -A why=(
   [libclang-dev]="the rocksdb crate generates its bindings with bindgen, which needs libclang"
   [build-essential]="a C/C++ compiler: RocksDB's C++ and librdkafka are built from source"
@@ -29,25 +41,32 @@ declare -A why=(
 need=()
 has_pkg() { dpkg -s "$1" >/dev/null 2>&1; }
 has_cmd() { command -v "$1" >/dev/null 2>&1; }
-if has_cmd dpkg; then
-  has_pkg libclang-dev || need+=(libclang-dev)
-  has_pkg fonts-dejavu-core || need+=(fonts-dejavu-core)
-else
-  # Not Debian: look for the files instead of the packages.
-  compgen -G "/usr/lib*/llvm-*/lib/libclang*.so*" >/dev/null \
-    || compgen -G "/usr/lib*/libclang*.so*" >/dev/null || need+=(libclang-dev)
+has_libclang() {
+  if has_cmd dpkg; then has_pkg libclang-dev; else
+    # Not Debian: look for the library instead of the package.
+    compgen -G "/usr/lib*/llvm-*/lib/libclang*.so*" >/dev/null \
+      || compgen -G "/usr/lib*/libclang*.so*" >/dev/null
+  fi
+}
+if wants stack; then
+  has_cmd javac || need+=(openjdk-17-jdk-headless)
+  has_cmd mvn || need+=(maven)
+  has_cmd python3 || need+=(python3)
 fi
-has_cmd c++ || need+=(build-essential)
-has_cmd make || need+=(make)
-has_cmd perl || need+=(perl)
-has_cmd javac || need+=(openjdk-17-jdk-headless)
-has_cmd mvn || need+=(maven)
-has_cmd python3 || need+=(python3)
-has_cmd npm || need+=(npm)
-
 rust_missing=false
-if ! has_cmd cargo; then
-  rust_missing=true
+if wants build; then
+  has_libclang || need+=(libclang-dev)
+  has_cmd c++ || need+=(build-essential)
+  has_cmd make || need+=(make)
+  has_cmd perl || need+=(perl)
+  has_cmd cargo || rust_missing=true
+fi
+if wants lint; then
+  has_cmd npm || need+=(npm)
+fi
+if wants bench; then
+  { has_cmd dpkg && has_pkg fonts-dejavu-core; } || [[ -n "${LIKES_PLOT_FONT:-}" ]] \
+    || need+=(fonts-dejavu-core)
 fi
 
 if ((${#need[@]} == 0)) && ! $rust_missing; then
@@ -55,8 +74,7 @@ if ((${#need[@]} == 0)) && ! $rust_missing; then
 fi
 
 if $rust_missing; then
-  # Not installed for you: rustup installs per user, and picks the toolchain from
-  # rust-toolchain files; one line does it.
+  # Not installed for you: rustup installs per user; one line does it.
   echo "prereqs: cargo not found. This project needs Rust 1.88 or newer from rustup:" >&2
   echo "  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y && . \"\$HOME/.cargo/env\"" >&2
 fi

@@ -2,6 +2,7 @@
 //! task checks (stage 1's blocking loop between batches included), and named tasks that are
 //! joined before the process exits, so none is cut off mid-batch.
 
+use std::collections::HashMap;
 use std::future::Future;
 
 use tokio::task::JoinSet;
@@ -36,7 +37,8 @@ pub fn on_signal() -> CancellationToken {
 /// [`Tasks::join`] then waits for all of them and names the one that failed.
 pub struct Tasks {
     token: CancellationToken,
-    set: JoinSet<(&'static str, Result<()>)>,
+    set: JoinSet<Result<()>>,
+    names: HashMap<tokio::task::Id, &'static str>,
 }
 
 impl Tasks {
@@ -44,6 +46,7 @@ impl Tasks {
         Self {
             token,
             set: JoinSet::new(),
+            names: HashMap::new(),
         }
     }
 
@@ -57,7 +60,8 @@ impl Tasks {
         name: &'static str,
         task: impl Future<Output = Result<()>> + Send + 'static,
     ) {
-        self.set.spawn(async move { (name, task.await) });
+        let id = self.set.spawn(task).id();
+        self.names.insert(id, name);
     }
 
     /// A task on a thread of its own (it blocks: stage 1's transactional calls).
@@ -66,21 +70,23 @@ impl Tasks {
         name: &'static str,
         task: impl FnOnce() -> Result<()> + Send + 'static,
     ) {
-        self.set.spawn_blocking(move || (name, task()));
+        let id = self.set.spawn_blocking(task).id();
+        self.names.insert(id, name);
     }
 
     /// Waits for every task. Returns the first error, named after its task.
     pub async fn join(mut self) -> Result<()> {
         let mut first: Option<Error> = None;
-        while let Some(joined) = self.set.join_next().await {
+        while let Some(joined) = self.set.join_next_with_id().await {
             self.token.cancel();
-            let (name, result) = match joined {
-                Ok(r) => r,
+            let (id, result) = match joined {
+                Ok((id, r)) => (id, r),
                 Err(e) => (
-                    "a task",
+                    e.id(),
                     Err(Error::State(format!("it panicked or was aborted: {e}"))),
                 ),
             };
+            let name = self.names.get(&id).copied().unwrap_or("a task");
             match result {
                 Ok(()) => info!(task = name, "stopped"),
                 Err(e) => {

@@ -34,12 +34,35 @@ pub struct Proc {
 }
 
 /// Starts `likes <command>` with `env` added, its output appended to `<dir>/<name>.log`
-/// and its pid written to `<dir>/<name>.pid`.
+/// and its pid written to `<dir>/<name>.pid`, in a process group of its own: a Ctrl-C in the
+/// terminal reaches the tool, which stops its children in order (the demo leaves them up
+/// for a look; `make down` stops them by pid).
 pub fn spawn(
     command: &'static str,
     name: &'static str,
     dir: &Path,
     env: &[(String, String)],
+) -> Result<Proc> {
+    start(command, name, dir, env, true)
+}
+
+/// [`spawn`], but in the tool's own process group: a Ctrl-C stops the child with the tool
+/// (a benchmark's stages, which must not outlive it on their fixed ports).
+pub fn spawn_attached(
+    command: &'static str,
+    name: &'static str,
+    dir: &Path,
+    env: &[(String, String)],
+) -> Result<Proc> {
+    start(command, name, dir, env, false)
+}
+
+fn start(
+    command: &'static str,
+    name: &'static str,
+    dir: &Path,
+    env: &[(String, String)],
+    own_group: bool,
 ) -> Result<Proc> {
     let exe = likes_bin()?;
     let log_path = dir.join(format!("{name}.log"));
@@ -53,10 +76,10 @@ pub fn spawn(
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
-        .stderr(log)
-        // Its own process group: a Ctrl-C in the terminal stops the tool, which then stops
-        // its children in order; `make down` stops leftovers by pid.
-        .process_group(0);
+        .stderr(log);
+    if own_group {
+        cmd.process_group(0);
+    }
     let child = cmd
         .spawn()
         .with_context(|| format!("starting {} {command}", exe.display()))?;

@@ -442,7 +442,7 @@ pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<Pr
         ("LIKES__API__RELAY", "false".to_string()),
         ("RUST_LOG", "warn".to_string()),
     ]);
-    procs::spawn("api", "api", dir, &env)
+    procs::spawn_attached("api", "api", dir, &env)
 }
 
 pub(crate) async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<()> {

@@ -204,7 +204,7 @@ pub(crate) fn spawn_stage(
         ),
         ("RUST_LOG", "warn".to_string()),
     ]);
-    procs::spawn(stage, stage, dir, &env)
+    procs::spawn_attached(stage, stage, dir, &env)
 }
 
 /// Waits until the dedupe stage has read `events` and the sum of all counts is `want`;

@@ -27,6 +27,7 @@ use anyhow::{anyhow, Context, Result};
 use faults::{Fault, Fleet, Planned};
 use likes::cmd;
 use likes::config::Settings;
+use likes::runtime::shutdown::CancellationToken;
 use likes::topology::Topology;
 
 /// How long the pipeline may take to drain after the load (the relay leaves entries younger
@@ -95,10 +96,16 @@ pub struct ProcessReport {
 /// report after each run, so a long series killed halfway keeps what it did.
 pub async fn run(base: &Settings, topology: &Topology, args: &ChaosArgs) -> Result<bool> {
     let mut reports = Vec::new();
+    // A Ctrl-C or SIGTERM is caught, not fatal: the run under way ends early and still stops
+    // the processes it started (they are in process groups of their own); no run follows.
+    let interrupted = likes::runtime::shutdown::on_signal();
     for k in 0..args.runs {
+        if interrupted.is_cancelled() {
+            break;
+        }
         let seed = args.seed + k;
         say(&format!("chaos: run {}/{} (seed {seed})", k + 1, args.runs));
-        let r = run_one(base, topology, args, seed).await?;
+        let r = run_one(base, topology, args, seed, &interrupted).await?;
         say(&format!(
             "chaos: seed {seed}: {} — {} requests ({} ok), {} faults, drift {} items ({} likes), acknowledged likes lost {}, drained {}",
             if r.passed { "PASS" } else { "FAIL" },
@@ -141,6 +148,7 @@ async fn run_one(
     topology: &Topology,
     args: &ChaosArgs,
     seed: u64,
+    interrupted: &CancellationToken,
 ) -> Result<RunReport> {
     let stamp = likes::runtime::clock::now_ms() / 1000 % 1_000_000;
     let namespace = format!("chaos_{seed}_{stamp}");
@@ -188,6 +196,7 @@ async fn run_one(
         stack_dir: &stack_dir,
         stack_script: &args.stack_script,
         fleet: &mut fleet,
+        interrupted,
         struck: Vec::new(),
         max_drift: 0,
         down_until: None,
@@ -195,15 +204,21 @@ async fn run_one(
     };
     strikes.run(&plan, &load, started).await?;
     let (struck, max_drift) = (strikes.struck, strikes.max_drift);
-    load.await
-        .map_err(|e| anyhow!("the load generator failed: {e}"))?;
+    if interrupted.is_cancelled() {
+        say("chaos: interrupted; stopping the load and the run's processes");
+        load.abort();
+    }
+    match load.await {
+        Err(e) if !e.is_cancelled() => return Err(anyhow!("the load generator failed: {e}")),
+        _ => {}
+    }
     let summary = loadgen::Summary::of(&live, started.elapsed());
     say(&format!(
         "chaos: load done: {} sent, {} ok, {} failed; draining",
         summary.sent, summary.ok, summary.failed
     ));
 
-    let drained_after_s = drain(&mut fleet, &session, &namespace).await?;
+    let drained_after_s = drain(&mut fleet, &session, &namespace, interrupted).await?;
     let seen = live
         .edges
         .as_ref()
@@ -286,17 +301,10 @@ async fn drain(
     fleet: &mut Fleet,
     session: &Arc<scylla::client::session::Session>,
     namespace: &str,
+    interrupted: &CancellationToken,
 ) -> Result<Option<f64>> {
-    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let flag = interrupted.clone();
-        tokio::spawn(async move {
-            likes::runtime::shutdown::signal().await;
-            flag.store(true, std::sync::atomic::Ordering::Relaxed);
-        });
-    }
     let load_end = Instant::now();
-    while load_end.elapsed() < DRAIN && !interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+    while load_end.elapsed() < DRAIN && !interrupted.is_cancelled() {
         fleet.tick()?;
         match check::drift(session, namespace).await {
             Ok((_, 0)) => return Ok(Some(load_end.elapsed().as_secs_f64())),
@@ -322,6 +330,8 @@ struct Strikes<'a> {
     stack_dir: &'a std::path::Path,
     stack_script: &'a PathBuf,
     fleet: &'a mut Fleet,
+    /// Ctrl-C or SIGTERM: no further fault strikes (a dependency down is brought back first).
+    interrupted: &'a CancellationToken,
     struck: Vec<Planned>,
     /// Most items behind their edges when a dependency came back.
     max_drift: usize,
@@ -331,7 +341,8 @@ struct Strikes<'a> {
 }
 
 impl Strikes<'_> {
-    /// Strikes `plan` while the load runs; returns once the load and every fault are done.
+    /// Strikes `plan` while the load runs; returns once the load and every fault are done,
+    /// or, after an interrupt, once no dependency is down and no replay is under way.
     async fn run(
         &mut self,
         plan: &[Planned],
@@ -354,6 +365,8 @@ impl Strikes<'_> {
                 if Instant::now() >= at {
                     self.stack_back(started).await?;
                 }
+            } else if self.interrupted.is_cancelled() {
+                return Ok(());
             } else if next < plan.len() && t >= plan[next].at_s {
                 let f = &plan[next].fault;
                 say(&format!("  t={t:>5.1}s {f:?}"));
