@@ -39,9 +39,11 @@ pub struct ApiSettings {
     /// The credential of `POST /v1/admin/retractions` (header X-Admin-Token); empty or under
     /// 32 bytes disables the endpoint.
     pub admin_token: String,
-    /// A claimed request key whose request never finished may be taken over after this.
-    #[serde(with = "humantime_serde")]
-    pub claim_takeover: Duration,
+    /// Removed: request keys live on the edge row, so there is no claim to take over.
+    /// Accepted (and warned about at start) so that a configuration of an earlier version
+    /// still loads during a rolling upgrade.
+    #[serde(default, with = "humantime_serde", skip_serializing)]
+    pub claim_takeover: Option<Duration>,
     /// Writes in flight past which new writes get 503 + Retry-After at once.
     pub max_writes_in_flight: usize,
     /// Writes a second past which new writes get 429 + Retry-After (0: no rate bound).
@@ -224,13 +226,6 @@ impl Settings {
                 "api.relay_min_age ({:?}) must exceed api.write_deadline + cql.request_timeout ({:?}): \
                  the relay would take the outbox entry of a request still in flight",
                 self.api.relay_min_age, in_flight
-            ));
-        }
-        if self.api.claim_takeover <= in_flight {
-            return bad(format!(
-                "api.claim_takeover ({:?}) must exceed api.write_deadline + cql.request_timeout ({:?}): \
-                 a takeover would run while the first request's CAS may still land",
-                self.api.claim_takeover, in_flight
             ));
         }
         if self.dedupe.transaction_timeout < Duration::from_secs(1) {

@@ -60,7 +60,6 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
         [
             "edges",
             "edges_by_user",
-            "idempotency",
             "like_counts",
             "outbox",
             "outbox_floor",
@@ -74,6 +73,28 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
     assert!(out.contains("nothing to do"), "{out}");
     assert!(!out.contains("created"), "{out}");
     assert_eq!(schema_snapshot(&session, ks).await, before);
+
+    // A keyspace of the version before one-Paxos-round writes: edges without recent_keys, and
+    // the idempotency table. The column is added; the old table is named, never dropped.
+    for q in [
+        format!("ALTER TABLE {ks}.edges DROP recent_keys"),
+        format!("CREATE TABLE {ks}.idempotency (user_id text, key text, response text, PRIMARY KEY (user_id, key))"),
+    ] {
+        session.query_unpaged(q, ()).await.unwrap();
+    }
+    let (ok, out, err) = common::likes(&["migrate"], &env);
+    assert!(ok, "migrate of an older keyspace failed: {err}");
+    assert!(out.contains("edges: added column recent_keys"), "{out}");
+    assert!(
+        out.contains(&format!("DROP TABLE {ks}.idempotency")),
+        "the retired table is named with its drop command: {out}"
+    );
+    let (ok, out, _) = common::likes(&["migrate"], &env);
+    assert!(ok && out.contains("nothing to do"), "{out}");
+    session
+        .query_unpaged(format!("DROP TABLE {ks}.idempotency"), ())
+        .await
+        .unwrap();
 
     // A table that drifted from the spec is reported, never altered.
     session

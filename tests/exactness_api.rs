@@ -1,5 +1,7 @@
-//! Regression tests for the exactness holes of issue 10 in the API, against the real stack:
-//! - a retry whose answer was lost after the flip never re-likes after a later unlike;
+//! Regression tests for the exactness holes of issues 10 and 13 in the API, against the real
+//! stack:
+//! - a retry whose answer was lost after the flip never re-likes after a later unlike, even
+//!   when the request failed right after its compare-and-set (the answer is in that CAS);
 //! - the relay never publishes an edge version that no request produced (a no-op like whose
 //!   outbox entry was left behind, on an edge whose stage-1 state has expired).
 
@@ -89,5 +91,34 @@ async fn the_relay_never_publishes_a_version_no_request_produced() {
         want,
         "the count must not move"
     );
+    fx::teardown(&settings, &topology).await;
+}
+
+/// The answer really lost: the request fails right after its compare-and-set, before anything
+/// else (the event, any answer write) happens. Its retry after a later unlike must replay.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_after_a_failure_right_after_the_flip_replays() {
+    use common::api;
+    use reqwest::StatusCode;
+    use serde_json::json;
+
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, topology, _app, client) = api::serve("keylost").await;
+    fail::cfg("api-after-cas", "return").unwrap();
+    let (s, e) = client.like("gina", "item-4", "like-1").await;
+    fail::remove("api-after-cas");
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+    let (s, un) = client.unlike("gina", "item-4", "unlike-1").await;
+    assert_eq!((s, un["opId"].clone()), (StatusCode::OK, json!(2)), "{un}");
+    let (s, retried) = client.like("gina", "item-4", "like-1").await;
+    assert_eq!(s, StatusCode::OK, "the retry replays at once: {retried}");
+    assert_eq!(
+        (retried["changed"].clone(), retried["opId"].clone()),
+        (json!(true), json!(1)),
+        "the like's own answer"
+    );
+    let (_, liked) = client.get("gina", "/v1/items/item-4/likes/gina").await;
+    assert_eq!(liked["liked"], json!(false), "the later unlike stands");
     fx::teardown(&settings, &topology).await;
 }

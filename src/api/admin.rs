@@ -47,27 +47,12 @@ pub async fn retract(
             "reason must be 1-500 characters".into(),
         ));
     }
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .filter(|k| (1..=120).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()))
-        .ok_or_else(|| {
-            ApiError::BadRequest("Idempotency-Key must be 1-120 visible ASCII characters".into())
-        })?;
-    // Namespaced, so an operator's key never collides with the user's own keys.
-    let key = format!("admin:{key}");
-    let answer = write_as(
-        &app,
-        &r.user_id,
-        &r.item_id,
-        false,
-        &key,
-        Source::Retraction,
-    )
-    .await?;
+    let key = &super::write::request_key(&headers)?;
+    // Stored in the operators' namespace of request keys: no user key can reach it.
+    let answer = write_as(&app, &r.user_id, &r.item_id, false, key, Source::Retraction).await?;
     app.store
-        .requests
-        .record_retraction(&r.item_id, &r.user_id, r.reason.trim(), &key, now_ms())
+        .retractions
+        .record(&r.item_id, &r.user_id, r.reason.trim(), key, now_ms())
         .await?;
     tracing::info!(item = %r.item_id, user = %r.user_id, reason = %r.reason, changed = answer.changed, "retraction");
     Ok(Json(answer))

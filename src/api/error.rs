@@ -18,8 +18,6 @@ pub enum ApiError {
     NotFound(String),
     /// 413: the body is over the limit.
     TooLarge(String),
-    /// 409: the same request key is being processed right now; retry shortly.
-    InProgress,
     /// 422: a request key reused for a different request.
     KeyReused,
     /// 503: a dependency failed; retry later.
@@ -40,11 +38,6 @@ impl ApiError {
             ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, "forbidden", m.clone()),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m.clone()),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", m.clone()),
-            ApiError::InProgress => (
-                StatusCode::CONFLICT,
-                "request_in_progress",
-                "a request with this Idempotency-Key is still being processed; retry it".into(),
-            ),
             ApiError::KeyReused => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency_key_reused",
@@ -71,10 +64,7 @@ impl IntoResponse for ApiError {
         let mut r = (status, Json(json!({ "error": error, "message": message }))).into_response();
         if matches!(
             self,
-            ApiError::InProgress
-                | ApiError::Unavailable(_)
-                | ApiError::RateLimited
-                | ApiError::Overloaded
+            ApiError::Unavailable(_) | ApiError::RateLimited | ApiError::Overloaded
         ) {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -11,6 +11,7 @@ pub mod admission;
 pub mod auth;
 pub mod error;
 pub mod read;
+pub mod request_keys;
 pub mod write;
 
 use std::sync::Arc;

@@ -1,6 +1,9 @@
 //! `likes migrate`: creates the keyspace and the tables of DESIGN.md. Idempotent: a second run
-//! changes nothing and says so. It never alters or drops: an existing table whose columns or
-//! key differ from this version's spec is reported as an error for a person to resolve.
+//! changes nothing and says so. The one change it makes to an existing table is additive:
+//! a regular column this version added is added (`ALTER TABLE ... ADD`), which older
+//! processes ignore. It never drops: an existing table whose columns or key differ otherwise
+//! is an error for a person to resolve, and a table this version no longer uses is a warning
+//! with the command that drops it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -17,6 +20,8 @@ pub struct MigrateReport {
     pub keyspace: String,
     pub keyspace_created: bool,
     pub created: Vec<&'static str>,
+    /// (table, column) added to an existing table.
+    pub added: Vec<(&'static str, &'static str)>,
     pub unchanged: Vec<&'static str>,
     /// Differences that migrate does not fix by itself (replication).
     pub warnings: Vec<String>,
@@ -25,7 +30,7 @@ pub struct MigrateReport {
 impl MigrateReport {
     /// True when the run changed nothing.
     pub fn is_noop(&self) -> bool {
-        !self.keyspace_created && self.created.is_empty()
+        !self.keyspace_created && self.created.is_empty() && self.added.is_empty()
     }
 }
 
@@ -39,6 +44,9 @@ impl std::fmt::Display for MigrateReport {
         writeln!(f, "keyspace {}: {ks}", self.keyspace)?;
         for t in &self.created {
             writeln!(f, "table {}.{t}: created", self.keyspace)?;
+        }
+        for (t, c) in &self.added {
+            writeln!(f, "table {}.{t}: added column {c}", self.keyspace)?;
         }
         for t in &self.unchanged {
             writeln!(f, "table {}.{t}: unchanged", self.keyspace)?;
@@ -97,11 +105,68 @@ pub async fn run(session: &Session, settings: &CqlSettings) -> Result<MigrateRep
             );
             report.created.push(table.name);
         } else {
-            check_table(ks, table, &existing)?;
-            report.unchanged.push(table.name);
+            let added = add_columns(session, ks, table, &existing).await?;
+            if added.is_empty() {
+                check_table(ks, table, &existing)?;
+                report.unchanged.push(table.name);
+            } else {
+                check_table(ks, table, &table_columns(session, ks, table.name).await?)?;
+                report
+                    .added
+                    .extend(added.into_iter().map(|c| (table.name, c)));
+            }
+        }
+    }
+    for (table, why) in RETIRED {
+        if !table_columns(session, ks, table).await?.is_empty() {
+            let w = format!(
+                "table {ks}.{table} is no longer used ({why}); once no process of an older \
+                 version runs, drop it: DROP TABLE {ks}.{table}"
+            );
+            warn!("{w}");
+            report.warnings.push(w);
         }
     }
     Ok(report)
+}
+
+/// Tables an earlier version created and this one no longer uses, with the reason.
+const RETIRED: &[(&str, &str)] = &[(
+    "idempotency",
+    "request keys live on the edge row since writes take one Paxos round",
+)];
+
+/// Adds the regular columns of the spec that an existing table lacks; returns their names.
+/// Anything else that differs is left for [`check_table`] to report.
+async fn add_columns(
+    session: &Session,
+    keyspace: &str,
+    table: &TableSpec,
+    existing: &BTreeMap<String, Column>,
+) -> Result<Vec<&'static str>> {
+    let mut added = Vec::new();
+    for (name, want) in expected_columns(table) {
+        if want.kind != "regular" || existing.contains_key(&name) {
+            continue;
+        }
+        let (name, cql_type) = table
+            .columns
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("expected columns come from the spec");
+        session
+            .query_unpaged(
+                format!(
+                    "ALTER TABLE {keyspace}.{} ADD {name} {cql_type}",
+                    table.name
+                ),
+                (),
+            )
+            .await?;
+        info!(keyspace, table = table.name, column = name, "column added");
+        added.push(*name);
+    }
+    Ok(added)
 }
 
 async fn keyspace_replication(

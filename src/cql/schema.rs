@@ -30,11 +30,14 @@ pub const TABLES: &[TableSpec] = &[
             ("updated_at", "timestamp"),
             ("prev_at", "timestamp"),
             ("epoch", "bigint"),
+            // The last 16 requests on this edge younger than a day: key -> answer
+            // (api/request_keys.rs), written by the same compare-and-set as the flip.
+            ("recent_keys", "map<text, text>"),
         ],
         partition_key: &["item_id", "bucket"],
         clustering: &["user_id"],
         options: "",
-        purpose: "one row per (item, user); written only by LWT",
+        purpose: "one row per (item, user) with its recent request keys; written only by LWT",
     },
     TableSpec {
         name: "edges_by_user",
@@ -47,22 +50,6 @@ pub const TABLES: &[TableSpec] = &[
         clustering: &["item_id"],
         options: "",
         purpose: "user -> items, walked by erasure; written before the edge flip",
-    },
-    TableSpec {
-        name: "idempotency",
-        columns: &[
-            ("user_id", "text"),
-            ("key", "text"),
-            ("fingerprint", "blob"),
-            ("status", "int"),
-            ("response", "text"),
-            ("created_at", "timestamp"),
-        ],
-        partition_key: &["user_id"],
-        clustering: &["key"],
-        // One day: a retry older than that is a new intent.
-        options: "default_time_to_live = 86400",
-        purpose: "request keys -> stored answers, claimed IF NOT EXISTS",
     },
     TableSpec {
         name: "outbox",
@@ -218,11 +205,8 @@ mod tests {
             edges.create_statement("ks"),
             "CREATE TABLE IF NOT EXISTS ks.edges (item_id text, bucket int, user_id text, \
              state tinyint, op_id bigint, updated_at timestamp, prev_at timestamp, epoch bigint, \
-             PRIMARY KEY ((item_id, bucket), user_id))"
+             recent_keys map<text, text>, PRIMARY KEY ((item_id, bucket), user_id))"
         );
-        assert!(TABLES[2]
-            .create_statement("ks")
-            .ends_with("WITH default_time_to_live = 86400"));
     }
 
     #[test]

@@ -29,6 +29,12 @@ impl Boot {
     pub fn load(&self) -> Result<(Settings, Topology)> {
         let settings = Settings::load(self.config.as_deref())?;
         telemetry::init(&settings.log);
+        if settings.api.claim_takeover.is_some() {
+            tracing::warn!(
+                "api.claim_takeover is no longer used (request keys live on the edge row: \
+                 nothing is ever taken over); remove it from the configuration"
+            );
+        }
         let path = self.topology.clone().or_else(|| settings.topology_path());
         let topology = Topology::load(path.as_deref())?;
         Ok((settings, topology))

@@ -1,5 +1,5 @@
-//! `edges` (one row per (item, user), flipped by compare-and-set on its op_id) and
-//! `edges_by_user`.
+//! `edges` (one row per (item, user), written only by compare-and-set on its op_id, together
+//! with the request keys it remembers) and `edges_by_user`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::{Consistency, SerialConsistency};
 use scylla::value::{CqlTimestamp, CqlValue};
 
-use super::{prepare, Columns};
+use super::{not_applied, prepare, Columns};
 use crate::error::Result;
 use crate::schema::v1::EdgeState;
 
@@ -58,15 +58,41 @@ impl Edge {
     }
 }
 
+/// An edge with the request keys it remembers (stored key → stored answer): what a write
+/// needs to aim its compare-and-set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeRow {
+    pub edge: Edge,
+    pub keys: BTreeMap<String, String>,
+}
+
+/// A conditional write of the edge row: the request's key and answer go in with it.
+pub struct Cas<'a> {
+    pub item: &'a str,
+    pub bucket: i32,
+    pub user: &'a str,
+    /// The stored request key and its stored answer.
+    pub key: &'a str,
+    pub answer: &'a str,
+    /// Keys to drop in the same write (expired, or past the bound).
+    pub drop: Vec<String>,
+    /// What this write expects the stored answer under `key` to be (None: no such key).
+    pub key_was: Option<&'a str>,
+}
+
 pub struct Edges {
     session: Arc<Session>,
     ks: String,
+    /// The row at SERIAL: every committed LWT is visible.
     read: PreparedStatement,
+    /// The row without Paxos: a guess to aim the compare-and-set with.
     peek: PreparedStatement,
-    /// `INSERT ... IF NOT EXISTS`: the first flip of an edge (state, updated_at).
-    pub(crate) insert: PreparedStatement,
-    /// `UPDATE ... IF op_id = ?`: a later flip (state, op_id, updated_at, prev_at, key, old op_id).
-    pub(crate) update: PreparedStatement,
+    /// `INSERT ... IF NOT EXISTS`: the first write of an edge, with its first request key.
+    insert: PreparedStatement,
+    /// `UPDATE ... IF op_id = ? AND recent_keys[?] = ?`: a flip and its request key.
+    flip: PreparedStatement,
+    /// The same condition, for a request that changes nothing: only its key is written.
+    keep: PreparedStatement,
     /// The user's side of a like (user, item, created_at), for erasure and "my likes".
     pub(crate) by_user: PreparedStatement,
     likers: PreparedStatement,
@@ -75,37 +101,51 @@ pub struct Edges {
 impl Edges {
     pub async fn prepare(session: Arc<Session>, ks: &str) -> Result<Self> {
         let select = format!(
-            "SELECT state, op_id, updated_at, prev_at FROM {ks}.edges \
+            "SELECT state, op_id, updated_at, prev_at, recent_keys FROM {ks}.edges \
              WHERE item_id = ? AND bucket = ? AND user_id = ?"
         );
         let mut read = prepare(&session, select.clone()).await?;
-        // The actor's own reads and the read before a flip see every committed LWT.
+        // The actor's own reads and the read after a lost race see every committed LWT.
         read.set_consistency(Consistency::Serial);
         let mut insert = prepare(
             &session,
             format!(
-                "INSERT INTO {ks}.edges (item_id, bucket, user_id, state, op_id, updated_at, epoch) \
-                 VALUES (?, ?, ?, ?, 1, ?, 0) IF NOT EXISTS"
+                "INSERT INTO {ks}.edges \
+                 (item_id, bucket, user_id, state, op_id, updated_at, epoch, recent_keys) \
+                 VALUES (?, ?, ?, ?, ?, ?, 0, ?) IF NOT EXISTS"
             ),
         )
         .await?;
-        let mut update = prepare(
+        // Adding one map entry and removing others in one statement: Cassandra accepts the two
+        // operations on `recent_keys` together (the real-stack tests run them), and ScyllaDB
+        // documents conditions on collection elements.
+        let where_if = "WHERE item_id = ? AND bucket = ? AND user_id = ? \
+                        IF op_id = ? AND recent_keys[?] = ?";
+        let mut flip = prepare(
             &session,
             format!(
-                "UPDATE {ks}.edges SET state = ?, op_id = ?, updated_at = ?, prev_at = ? \
-                 WHERE item_id = ? AND bucket = ? AND user_id = ? IF op_id = ?"
+                "UPDATE {ks}.edges SET state = ?, op_id = ?, updated_at = ?, prev_at = ?, \
+                 recent_keys[?] = ?, recent_keys = recent_keys - ? {where_if}"
             ),
         )
         .await?;
-        for st in [&mut insert, &mut update] {
+        let mut keep = prepare(
+            &session,
+            format!(
+                "UPDATE {ks}.edges SET recent_keys[?] = ?, recent_keys = recent_keys - ? {where_if}"
+            ),
+        )
+        .await?;
+        for st in [&mut insert, &mut flip, &mut keep] {
             st.set_serial_consistency(Some(SerialConsistency::Serial));
         }
         Ok(Self {
             read,
-            // A guess to aim the compare-and-set with: a stale guess only fails the CAS.
+            // A stale guess only fails the CAS.
             peek: prepare(&session, select).await?,
             insert,
-            update,
+            flip,
+            keep,
             by_user: prepare(
                 &session,
                 format!(
@@ -157,21 +197,27 @@ impl Edges {
 
     /// The edge at SERIAL consistency: every committed flip is visible.
     pub async fn read(&self, item: &str, bucket: i32, user: &str) -> Result<Option<Edge>> {
-        self.query(&self.read, item, bucket, user).await
+        Ok(self.read_row(item, bucket, user).await?.map(|r| r.edge))
     }
 
-    /// The edge at the session's consistency, without Paxos: a guess that may be stale.
-    pub async fn peek(&self, item: &str, bucket: i32, user: &str) -> Result<Option<Edge>> {
-        self.query(&self.peek, item, bucket, user).await
+    /// The edge and its request keys at SERIAL consistency.
+    pub async fn read_row(&self, item: &str, bucket: i32, user: &str) -> Result<Option<EdgeRow>> {
+        self.query_row(&self.read, item, bucket, user).await
     }
 
-    async fn query(
+    /// The edge and its request keys without Paxos: a guess, except that a key found in it
+    /// was written by a compare-and-set that committed, so its answer is final.
+    pub async fn peek_row(&self, item: &str, bucket: i32, user: &str) -> Result<Option<EdgeRow>> {
+        self.query_row(&self.peek, item, bucket, user).await
+    }
+
+    async fn query_row(
         &self,
         statement: &PreparedStatement,
         item: &str,
         bucket: i32,
         user: &str,
-    ) -> Result<Option<Edge>> {
+    ) -> Result<Option<EdgeRow>> {
         let rows = self
             .session
             .execute_unpaged(statement, (item, bucket, user))
@@ -182,14 +228,93 @@ impl Edges {
             Option<i64>,
             Option<CqlTimestamp>,
             Option<CqlTimestamp>,
+            Option<BTreeMap<String, String>>,
         );
         let row = rows.maybe_first_row::<Stored>()?;
-        Ok(row.map(|(state, op_id, at, prev)| Edge {
-            liked: state == Some(EdgeState::Liked as i8),
-            op_id: op_id.unwrap_or(0),
-            updated_at_ms: at.map(|t| t.0).unwrap_or(0),
-            prev_at_ms: prev.map(|t| t.0).unwrap_or(0),
+        Ok(row.map(|(state, op_id, at, prev, keys)| EdgeRow {
+            edge: Edge {
+                liked: state == Some(EdgeState::Liked as i8),
+                op_id: op_id.unwrap_or(0),
+                updated_at_ms: at.map(|t| t.0).unwrap_or(0),
+                prev_at_ms: prev.map(|t| t.0).unwrap_or(0),
+            },
+            keys: keys.unwrap_or_default(),
         }))
+    }
+
+    /// The first write of an edge: `edge` (op_id 1 for a like, 0 for an unlike that changes
+    /// nothing) and the request's key. Returns whether it applied.
+    pub async fn insert(&self, cas: &Cas<'_>, edge: &Edge) -> Result<bool> {
+        let state = if edge.liked {
+            EdgeState::Liked
+        } else {
+            EdgeState::Unliked
+        } as i8;
+        let at = (edge.op_id > 0).then_some(CqlTimestamp(edge.updated_at_ms));
+        let keys = BTreeMap::from([(cas.key, cas.answer)]);
+        let r = self
+            .session
+            .execute_unpaged(
+                &self.insert,
+                (cas.item, cas.bucket, cas.user, state, edge.op_id, at, keys),
+            )
+            .await?;
+        Ok(not_applied(r)?.is_none())
+    }
+
+    /// A flip from `seen` to `to`, with the request's key, if the row is still at `seen`'s
+    /// op_id and its key as the request saw it. Returns whether it applied.
+    pub async fn flip(&self, cas: &Cas<'_>, seen: &Edge, to: &Edge) -> Result<bool> {
+        let state = if to.liked {
+            EdgeState::Liked
+        } else {
+            EdgeState::Unliked
+        } as i8;
+        let r = self
+            .session
+            .execute_unpaged(
+                &self.flip,
+                (
+                    state,
+                    to.op_id,
+                    CqlTimestamp(to.updated_at_ms),
+                    CqlTimestamp(to.prev_at_ms),
+                    cas.key,
+                    cas.answer,
+                    &cas.drop,
+                    cas.item,
+                    cas.bucket,
+                    cas.user,
+                    seen.op_id,
+                    cas.key,
+                    cas.key_was,
+                ),
+            )
+            .await?;
+        Ok(not_applied(r)?.is_none())
+    }
+
+    /// Only the request's key, if the row is still at `seen`'s op_id (so "already in that
+    /// state" holds at the moment of the write) and its key as the request saw it.
+    pub async fn keep(&self, cas: &Cas<'_>, seen: &Edge) -> Result<bool> {
+        let r = self
+            .session
+            .execute_unpaged(
+                &self.keep,
+                (
+                    cas.key,
+                    cas.answer,
+                    &cas.drop,
+                    cas.item,
+                    cas.bucket,
+                    cas.user,
+                    seen.op_id,
+                    cas.key,
+                    cas.key_was,
+                ),
+            )
+            .await?;
+        Ok(not_applied(r)?.is_none())
     }
 
     /// Up to [`LIKERS_CHUNK`] rows of a bucket after `after`, in user order: (user, liked).

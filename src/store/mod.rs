@@ -1,5 +1,5 @@
 //! Typed access to what the API and the relay read and write: the CQL tables (edges, outbox,
-//! counts, request keys, retractions) with their statements prepared once at start, and the
+//! counts, retractions; request keys live on the edge rows) with their statements prepared once at start, and the
 //! events topic. Each process takes the stores it uses: the relay needs the outbox, the edges
 //! and the events, never a session key.
 
@@ -7,7 +7,7 @@ pub mod counts;
 pub mod edges;
 pub mod events;
 pub mod outbox;
-pub mod requests;
+pub mod retractions;
 
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
@@ -41,7 +41,7 @@ pub struct Stores {
     pub edges: edges::Edges,
     pub outbox: outbox::Outbox,
     pub counts: counts::Counts,
-    pub requests: requests::Requests,
+    pub retractions: retractions::Retractions,
 }
 
 impl Stores {
@@ -50,7 +50,7 @@ impl Stores {
             edges: edges::Edges::prepare(session.clone(), ks).await?,
             outbox: outbox::Outbox::prepare(session.clone(), ks).await?,
             counts: counts::Counts::prepare(session.clone(), ks).await?,
-            requests: requests::Requests::prepare(session.clone(), ks).await?,
+            retractions: retractions::Retractions::prepare(session.clone(), ks).await?,
         })
     }
 }

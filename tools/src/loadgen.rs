@@ -101,8 +101,6 @@ impl Target {
                     })?;
                 match r.status().as_u16() {
                     200..=299 => Ok(()),
-                    // A retry that overtook its original: the API says "still in flight".
-                    409 => Err("409 (a retry while its original was in flight)".into()),
                     429 | 503 => Err(format!(
                         "{} (shed by admission or a dependency)",
                         r.status().as_u16()

@@ -4,9 +4,8 @@
 //!
 //! - the write path called in process (the same CQL and produce, no HTTP, JSON or auth):
 //!   the ratio API / in-process is the API's own overhead;
-//! - the LWT floor: the two conditional writes every write needs by DESIGN.md (the request
-//!   key's claim, then the edge's flip), back to back, nothing else;
-//! - a bare LWT loop (one `INSERT ... IF NOT EXISTS` per write).
+//! - a bare LWT loop (one `INSERT ... IF NOT EXISTS` per write): the one Paxos round every
+//!   write needs by DESIGN.md, and nothing else.
 //!
 //! Open loop: each request is sent at its scheduled time whatever the latency of earlier
 //! ones, and latency counts from that scheduled time, so a stall shows up in the figures.
@@ -38,7 +37,7 @@ pub struct ApiBenchArgs {
     /// Seconds per loop.
     #[arg(long, default_value_t = 20)]
     pub seconds: u64,
-    /// Rounds of all four loops, interleaved; the report gives medians and min–max.
+    /// Rounds of all loops, interleaved; the report gives medians and min–max.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     #[arg(long, default_value_t = 42)]
@@ -75,21 +74,15 @@ pub struct Latency {
 pub struct Round {
     pub api: Latency,
     pub in_process: Latency,
-    pub lwt_floor: Latency,
     pub bare_lwt: Latency,
 }
 
 /// The loops, in the order a round runs them, with their names in the report.
-const LOOPS: [&str; 4] = [
-    "API over loopback",
-    "write path in process",
-    "LWT floor (claim + flip)",
-    "bare LWT",
-];
+const LOOPS: [&str; 3] = ["API over loopback", "write path in process", "bare LWT"];
 
 impl Round {
-    fn loops(&self) -> [&Latency; 4] {
-        [&self.api, &self.in_process, &self.lwt_floor, &self.bare_lwt]
+    fn loops(&self) -> [&Latency; 3] {
+        [&self.api, &self.in_process, &self.bare_lwt]
     }
 }
 
@@ -102,8 +95,6 @@ pub struct ApiBenchReport {
     pub median: Round,
     /// API p50 / in-process p50 (medians): HTTP, JSON and auth.
     pub overhead_ratio_p50: f64,
-    /// API p99 / LWT floor p99 (medians): what the API adds to the design's two LWTs.
-    pub vs_lwt_floor_p99: f64,
     /// API p99 / bare LWT p99 (medians).
     pub vs_bare_lwt_p99: f64,
 }
@@ -139,12 +130,10 @@ impl ApiBenchReport {
         self.median = Round {
             api: pick(|r| &r.api),
             in_process: pick(|r| &r.in_process),
-            lwt_floor: pick(|r| &r.lwt_floor),
             bare_lwt: pick(|r| &r.bare_lwt),
         };
         let m = &self.median;
         self.overhead_ratio_p50 = m.api.p50_ms / m.in_process.p50_ms;
-        self.vs_lwt_floor_p99 = m.api.p99_ms / m.lwt_floor.p99_ms;
         self.vs_bare_lwt_p99 = m.api.p99_ms / m.bare_lwt.p99_ms;
     }
 }
@@ -280,11 +269,6 @@ pub async fn run(
          VALUES (?, 0, ?, 1, 1, toTimestamp(now()), 0) IF NOT EXISTS"
     ))
     .await?;
-    let claim_lwt = prepare(format!(
-        "INSERT INTO {ks}.idempotency (user_id, key, fingerprint, status, created_at) \
-         VALUES (?, ?, 0x00, 0, toTimestamp(now())) IF NOT EXISTS"
-    ))
-    .await?;
     let app = api::App::connect(&settings, topology).await?;
     let mix = Arc::new(Mutex::new(Mix {
         rng: StdRng::seed_from_u64(args.seed),
@@ -309,7 +293,6 @@ pub async fn run(
         mix,
         app,
         session: session.clone(),
-        claim_lwt,
         edge_lwt,
     };
     for round in 0..args.rounds {
@@ -337,7 +320,7 @@ pub async fn run(
     Ok(report)
 }
 
-/// The four loops of a round, and what they share.
+/// The loops of a round, and what they share.
 struct Loops {
     http: reqwest::Client,
     url: String,
@@ -346,12 +329,11 @@ struct Loops {
     mix: Arc<Mutex<Mix>>,
     app: Arc<api::App>,
     session: Arc<scylla::client::session::Session>,
-    claim_lwt: Arc<scylla::statement::prepared::PreparedStatement>,
     edge_lwt: Arc<scylla::statement::prepared::PreparedStatement>,
 }
 
 impl Loops {
-    /// One round: the API over HTTP, the write path in process, the LWT floor, a bare LWT.
+    /// One round: the API over HTTP, the write path in process, a bare LWT.
     async fn round(&self, tag: &str, rate: f64, seconds: u64) -> Round {
         let mut r = Round::default();
         r.api = open_loop(rate, seconds, |i| {
@@ -391,21 +373,6 @@ impl Loops {
                 api::write::write(&app, &user, &item, like, &key)
                     .await
                     .is_ok()
-            }
-        })
-        .await;
-        r.lwt_floor = open_loop(rate, seconds, |i| {
-            let (s, claim, edge) = (
-                self.session.clone(),
-                self.claim_lwt.clone(),
-                self.edge_lwt.clone(),
-            );
-            let (user, key) = (format!("f{tag}-{i}"), format!("fk{tag}-{i}"));
-            async move {
-                s.execute_unpaged(&claim, (&user, key)).await.is_ok()
-                    && s.execute_unpaged(&edge, (format!("floor-{}", i % 10_000), &user))
-                        .await
-                        .is_ok()
             }
         })
         .await;
@@ -480,8 +447,8 @@ impl std::fmt::Display for ApiBenchReport {
         }
         write!(
             f,
-            "\nAPI / in-process p50: {:.2}; API / LWT floor p99: {:.2}; API / bare LWT p99: {:.2}",
-            self.overhead_ratio_p50, self.vs_lwt_floor_p99, self.vs_bare_lwt_p99
+            "\nAPI / in-process p50: {:.2}; API / bare LWT p99: {:.2}",
+            self.overhead_ratio_p50, self.vs_bare_lwt_p99
         )
     }
 }
