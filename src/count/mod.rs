@@ -29,7 +29,7 @@ use crate::runtime::supervise::{sleep_or_stop, Backoff, Health};
 use crate::schema::v1::{delta_record::Record, DeltaRecord};
 use crate::topology::Topology;
 use sink::{Sink, SinkStats};
-use window::{ResumePoint, Windows};
+use window::{ResumePoint, Weight, Windows};
 
 /// The commit metadata that carries a partition's clock.
 pub fn clock_metadata(clock_ms: i64) -> String {
@@ -136,7 +136,9 @@ impl Count {
         let closed = self.windows.take_closed();
         let wrote = !closed.is_empty();
         if wrote {
+            let records: u64 = closed.iter().map(|w| w.records).sum();
             self.sink.apply(closed).await?;
+            metrics::counter!(m::DELTAS_APPLIED).increment(records);
             // Fault-test hook: the counter rows are written, the offsets not yet committed.
             fail::fail_point!("count-after-sink-before-commit");
         }
@@ -187,11 +189,16 @@ impl Count {
                 item,
                 delta,
                 event_time_ms,
+                weight,
             }) => {
                 metrics::histogram!(m::INPUT_DELAY_SECONDS)
                     .record((ts - event_time_ms).max(0) as f64 / 1000.0);
-                self.windows
-                    .observe(p, msg.offset(), ts, Some((&item, delta, event_time_ms)))
+                self.windows.observe(
+                    p,
+                    msg.offset(),
+                    ts,
+                    Some((&item, delta, event_time_ms, weight)),
+                )
             }
             // A correction's staleness counts from when it entered the log, not from its
             // snapshot, which may be hours old by design.
@@ -202,8 +209,12 @@ impl Count {
                 reason,
             }) => {
                 info!(%item, delta, %id, %reason, "correction");
-                self.windows
-                    .observe(p, msg.offset(), ts, Some((&item, delta, ts)))
+                self.windows.observe(
+                    p,
+                    msg.offset(),
+                    ts,
+                    Some((&item, delta, ts, Weight::one(ts))),
+                )
             }
             Ok(Input::Tick) => self.windows.observe(p, msg.offset(), ts, None),
             Err(reason) => self.dead_letter(msg, reason)?,
@@ -261,6 +272,8 @@ pub enum Input {
         item: String,
         delta: i64,
         event_time_ms: i64,
+        /// The flips combined and their mean event time (staleness per event).
+        weight: Weight,
     },
     Correction {
         item: String,
@@ -292,6 +305,14 @@ pub fn decode_record(payload: Option<&[u8]>) -> std::result::Result<Input, Strin
         Some(Record::Delta(d)) => {
             check(&d.item_id, d.delta)?;
             Ok(Input::Delta {
+                weight: Weight {
+                    events: u64::from(d.events.max(1)),
+                    mean_event_time_ms: if d.mean_event_time_ms == 0 {
+                        d.event_time_ms
+                    } else {
+                        d.mean_event_time_ms
+                    },
+                },
                 item: d.item_id,
                 delta: d.delta,
                 event_time_ms: d.event_time_ms,
@@ -357,6 +378,7 @@ mod tests {
                     delta,
                     event_time_ms: 1,
                     events: 1,
+                    mean_event_time_ms: 1,
                 })),
             }
             .encode_to_vec()
@@ -365,6 +387,27 @@ mod tests {
         assert!(super::decode_record(Some(&rec(-super::MAX_ABS_DELTA - 1))).is_err());
         assert!(super::decode_record(Some(&rec(3))).is_ok());
         assert!(super::decode_record(None).is_err());
+    }
+
+    #[test]
+    fn a_delta_from_a_writer_without_the_mean_weighs_one_flip_at_its_earliest_time() {
+        use prost::Message as _;
+        let old = crate::schema::v1::DeltaRecord {
+            record: Some(super::Record::Delta(crate::schema::v1::Delta {
+                item_id: "i".into(),
+                delta: 2,
+                event_time_ms: 1_000,
+                events: 0,
+                mean_event_time_ms: 0,
+            })),
+        }
+        .encode_to_vec();
+        match super::decode_record(Some(&old)) {
+            Ok(super::Input::Delta { weight, .. }) => {
+                assert_eq!(weight, super::Weight::one(1_000))
+            }
+            _ => panic!("a delta"),
+        }
     }
 
     #[test]

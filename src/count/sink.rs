@@ -98,7 +98,8 @@ struct Planned {
 struct Outcome {
     rows: Vec<(String, Option<Row2>)>,
     stats: SinkStats,
-    staleness_ms: Vec<f64>,
+    /// (item, window end) of every window applied (not skipped by the fence).
+    applied: Vec<(String, i64)>,
 }
 
 impl Sink {
@@ -150,8 +151,16 @@ impl Sink {
     /// Applies closed windows; returns when every one is applied (or skipped by the fence).
     pub async fn apply(&mut self, windows: Vec<ClosedWindow>) -> Result<()> {
         let mut by_item: HashMap<String, Pending> = HashMap::new();
+        // (item, window end) → (flips, their mean event time): staleness is recorded per flip.
+        let mut weights: HashMap<(String, i64), (u64, i64)> = HashMap::new();
         for w in windows {
             for (item, d) in w.items {
+                let wt = weights.entry((item.clone(), w.end_ms)).or_insert((0, 0));
+                let events = wt.0 + d.events;
+                wt.1 = ((i128::from(wt.1) * i128::from(wt.0)
+                    + i128::from(d.mean_event_time_ms()) * i128::from(d.events))
+                    / i128::from(events.max(1))) as i64;
+                wt.0 = events;
                 let e = by_item
                     .entry(item)
                     .or_default()
@@ -195,8 +204,12 @@ impl Sink {
             metrics::counter!(m::FENCE_SKIPS).increment(o.stats.fence_skips);
             metrics::counter!(m::CAS_RETRIES).increment(o.stats.cas_retries);
             metrics::counter!(m::CLAMPS).increment(o.stats.clamps);
-            for s in o.staleness_ms {
-                metrics::histogram!(m::STALENESS_SECONDS).record(s / 1000.0);
+            let now = crate::runtime::clock::now_ms();
+            for key in o.applied {
+                if let Some(&(events, mean)) = weights.get(&key) {
+                    metrics::histogram!(m::STALENESS_SECONDS)
+                        .record_many((now - mean).max(0) as f64 / 1000.0, events as usize);
+                }
             }
         }
         Ok(())
@@ -261,7 +274,6 @@ impl Sink {
             }
             match outcome {
                 None => {
-                    let now = crate::runtime::clock::now_ms();
                     for p in planned {
                         let job = &mut jobs[p.job];
                         let s = &mut out.stats;
@@ -271,8 +283,8 @@ impl Sink {
                             s.clamps += 1;
                             warn!(item = %job.item, window = p.top, "count would go negative; clamped at 0");
                         }
-                        out.staleness_ms
-                            .extend(p.fresh.iter().map(|&(_, _, t)| (now - t).max(0) as f64));
+                        out.applied
+                            .extend(p.fresh.iter().map(|&(w, _, _)| (job.item.clone(), w)));
                         job.row = Some((p.next, p.top));
                         job.done = true;
                     }

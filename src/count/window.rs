@@ -16,8 +16,36 @@ use std::collections::HashMap;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ItemDelta {
     pub delta: i64,
-    /// Earliest event time of the deltas summed here, Unix ms (staleness is measured from it).
+    /// Earliest event time of the deltas summed here, Unix ms.
     pub event_time_ms: i64,
+    /// The flips summed here and the sum of their event times: staleness is measured per
+    /// event from their mean.
+    pub events: u64,
+    pub event_time_sum_ms: i128,
+}
+
+impl ItemDelta {
+    /// The mean event time of the flips summed here.
+    pub fn mean_event_time_ms(&self) -> i64 {
+        (self.event_time_sum_ms / i128::from(self.events.max(1))) as i64
+    }
+}
+
+/// How many flips a delta record combines, and their mean event time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Weight {
+    pub events: u64,
+    pub mean_event_time_ms: i64,
+}
+
+impl Weight {
+    /// One flip at `at_ms` (a correction, a test record).
+    pub fn one(at_ms: i64) -> Weight {
+        Weight {
+            events: 1,
+            mean_event_time_ms: at_ms,
+        }
+    }
 }
 
 /// A window that can no longer change.
@@ -27,6 +55,8 @@ pub struct ClosedWindow {
     pub id: i64,
     pub end_ms: i64,
     pub items: HashMap<String, ItemDelta>,
+    /// Delta records combined into this window (ticks not counted).
+    pub records: u64,
 }
 
 #[derive(Debug, Default)]
@@ -34,6 +64,7 @@ struct Open {
     id: i64,
     first_offset: i64,
     items: HashMap<String, ItemDelta>,
+    records: u64,
 }
 
 #[derive(Debug, Default)]
@@ -99,7 +130,7 @@ impl Windows {
         partition: i32,
         offset: i64,
         timestamp_ms: i64,
-        delta: Option<(&str, i64, i64)>,
+        delta: Option<(&str, i64, i64, Weight)>,
     ) {
         let window_ms = self.window_ms;
         let p = self.partitions.entry(partition).or_default();
@@ -113,6 +144,7 @@ impl Windows {
                     // Saturating: a log time near i64::MAX (a corrupt timestamp) must not panic.
                     end_ms: (open.id + 1).saturating_mul(window_ms),
                     items: open.items,
+                    records: open.records,
                 });
             }
         }
@@ -120,14 +152,21 @@ impl Windows {
             id,
             first_offset: offset,
             items: HashMap::new(),
+            records: 0,
         });
-        if let Some((item, d, event_time_ms)) = delta {
+        if let Some((item, d, event_time_ms, weight)) = delta {
             let e = open.items.entry(item.to_string()).or_insert(ItemDelta {
                 delta: 0,
                 event_time_ms,
+                events: 0,
+                event_time_sum_ms: 0,
             });
             e.delta += d;
             e.event_time_ms = e.event_time_ms.min(event_time_ms);
+            e.events += weight.events;
+            e.event_time_sum_ms +=
+                i128::from(weight.mean_event_time_ms) * i128::from(weight.events);
+            open.records += 1;
         }
         p.next_offset = offset + 1;
     }
@@ -172,7 +211,7 @@ mod tests {
 
     fn feed(w: &mut Windows, recs: &[Rec]) -> Vec<ClosedWindow> {
         for &(o, ts, d) in recs {
-            w.observe(0, o, ts, d.map(|(i, n)| (i, n, ts)));
+            w.observe(0, o, ts, d.map(|(i, n)| (i, n, ts, Weight::one(ts))));
         }
         w.take_closed()
     }

@@ -87,7 +87,8 @@ struct Batch {
     /// Edge key → (new version, input partition).
     edges: HashMap<Vec<u8>, (EdgeVersion, i32)>,
     /// Item → (sum of deltas, earliest event time, events).
-    items: BTreeMap<String, (i64, i64, u32)>,
+    /// item → (delta, earliest event time, flips, sum of their event times).
+    items: BTreeMap<String, (i64, i64, u32, i64)>,
     /// Partition → (first offset, next offset).
     offsets: BTreeMap<i32, (i64, i64)>,
     dead: Vec<DeadLetter>,
@@ -382,10 +383,11 @@ impl Dedupe {
                 let e = batch
                     .items
                     .entry(valid.event.item_id)
-                    .or_insert((0, i64::MAX, 0));
+                    .or_insert((0, i64::MAX, 0, 0));
                 e.0 += delta;
                 e.1 = e.1.min(valid.flip.event_time_ms);
                 e.2 += 1;
+                e.3 = e.3.saturating_add(valid.flip.event_time_ms);
             }
         }
         Ok(())

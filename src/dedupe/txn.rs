@@ -34,7 +34,7 @@ impl Dedupe {
             self.stats.dead_letters += 1;
             metrics::counter!(m::DLQ_RECORDS, "stage" => "dedupe").increment(1);
         }
-        for (item, &(delta, event_time_ms, events)) in &batch.items {
+        for (item, &(delta, event_time_ms, events, time_sum)) in &batch.items {
             if delta == 0 {
                 continue;
             }
@@ -44,6 +44,7 @@ impl Dedupe {
                     delta,
                     event_time_ms,
                     events,
+                    mean_event_time_ms: time_sum / i64::from(events.max(1)),
                 })),
             }
             .encode_to_vec();

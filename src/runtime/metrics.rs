@@ -26,6 +26,9 @@ pub const DLQ_RECORDS: &str = "likes_dlq_records_total";
 pub const TRANSACTIONS: &str = "likes_dedupe_transactions_total";
 /// Stage 2: records read from `likes.deltas`.
 pub const DELTA_RECORDS_IN: &str = "likes_count_records_total";
+/// Stage 2: delta records whose windows are applied through the fence (a drained pipeline
+/// has applied every delta stage 1 wrote).
+pub const DELTAS_APPLIED: &str = "likes_count_deltas_applied_total";
 /// Stage 2: (item, window) pairs applied to `like_counts`.
 pub const WINDOWS_APPLIED: &str = "likes_count_windows_applied_total";
 /// Stage 2: (item, window) pairs skipped by the fence (already applied: a replay).
@@ -36,7 +39,8 @@ pub const SINK_LWTS: &str = "likes_count_lwts_total";
 pub const CAS_RETRIES: &str = "likes_count_cas_retries_total";
 /// Stage 2: counts clamped at zero (alert on any).
 pub const CLAMPS: &str = "likes_count_clamps_total";
-/// Stage 2: sink time minus event time of applied windows, seconds.
+/// Stage 2: sink time minus event time, per flip (from the mean event time of the flips each
+/// delta combines), seconds.
 pub const STALENESS_SECONDS: &str = "likes_count_staleness_seconds";
 /// Stage 1: time per loop turn phase, seconds (label `phase`: poll, process, commit, state).
 /// Where a slow stage 1 spends its time: CPU (process, state) or waiting on Kafka (commit).
@@ -128,6 +132,10 @@ fn describe() {
     describe_counter!(TRANSACTIONS, "stage-1 transactions committed");
     describe_counter!(DELTA_RECORDS_IN, "records read by stage 2");
     describe_counter!(
+        DELTAS_APPLIED,
+        "delta records whose windows stage 2 applied through the fence"
+    );
+    describe_counter!(
         WINDOWS_APPLIED,
         "(item, window) pairs applied through the fence"
     );
@@ -161,7 +169,7 @@ fn describe() {
     describe_histogram!(
         STALENESS_SECONDS,
         Unit::Seconds,
-        "sink time minus event time"
+        "sink time minus event time, per flip"
     );
     describe_gauge!(CONSUMER_LAG, "records behind the log end");
     describe_counter!(

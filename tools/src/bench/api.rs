@@ -1,11 +1,20 @@
-//! `likes-tools bench api`: like/unlike load over loopback against `likes api` (a child process on
-//! the real stack), open loop at a fixed rate, next to three baselines run the same way,
-//! interleaved in each round, against the same Cassandra:
+//! `likes-tools bench api`: the API's capacity and latency against a bare LWT loop, both run
+//! by this command against the same Cassandra, interleaved in each round:
 //!
-//! - the write path called in process (the same CQL and produce, no HTTP, JSON or auth):
-//!   the ratio API / in-process is the API's own overhead;
-//! - a bare LWT loop (one `INSERT ... IF NOT EXISTS` per write): the one Paxos round every
-//!   write needs by DESIGN.md, and nothing else.
+//! - **capacity**: the highest offered rate each loop sustains with p99 under the SLO
+//!   (`--slo-p99-ms`, 150 ms: the seed's), found by stepping the rate up by half each step
+//!   from `--start-rate` until a step fails (p99 over the SLO, over 1% errors, or under 90% of
+//!   the offered rate achieved), then one bisection step between the last pass and the fail;
+//! - **latency at half the API's capacity**: the API over loopback, the write path called in
+//!   process (no HTTP, JSON or auth: API / in-process is the API's own overhead) and the bare
+//!   LWT loop, each at that rate.
+//!
+//! The API is `likes api` as a child process (like/unlike mix: 80% likes of new edges, 20%
+//! unlikes of earlier ones, a fresh request key each). The bare LWT loop is one
+//! `INSERT ... IF NOT EXISTS` per write: the one Paxos round DESIGN.md allows a write, and
+//! nothing else. Goals (issue 13): API capacity ≥ 0.7 × the bare loop's; API p99 at half its
+//! capacity ≤ 2 × the bare loop's p99 at that rate. Ratios are taken within each round
+//! (the box drifts between rounds), then the median over rounds with min–max.
 //!
 //! Open loop: each request is sent at its scheduled time whatever the latency of earlier
 //! ones, and latency counts from that scheduled time, so a stall shows up in the figures.
@@ -22,22 +31,34 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use super::scrape::cpu_seconds;
+use super::stats::{fig, mmm, Goal};
 use crate::procs::{self, stop, Proc};
 use anyhow::{anyhow, Result};
 use likes::api::{self, auth::Signer};
 use likes::config::Settings;
 use likes::topology::Topology;
 
+/// The API's capacity over the bare LWT loop's must reach this.
+pub const CAPACITY_GOAL: f64 = 0.7;
+/// The API's p99 over the bare LWT loop's, at half the API's capacity, must stay under this.
+pub const LATENCY_GOAL: f64 = 2.0;
+
 /// Knobs of `likes-tools bench api`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApiBenchArgs {
-    /// Offered writes a second.
-    #[arg(long, default_value_t = 1000.0)]
-    pub rate: f64,
-    /// Seconds per loop.
+    /// The p99 bound a rate must keep to count as sustained, milliseconds.
+    #[arg(long, default_value_t = 150.0)]
+    pub slo_p99_ms: f64,
+    /// The first rate of the capacity search, writes/s.
+    #[arg(long, default_value_t = 100.0)]
+    pub start_rate: f64,
+    /// Seconds per step of the capacity search.
+    #[arg(long, default_value_t = 10)]
+    pub step_seconds: u64,
+    /// Seconds per loop at half the API's capacity.
     #[arg(long, default_value_t = 20)]
     pub seconds: u64,
-    /// Rounds of all loops, interleaved; the report gives medians and min–max.
+    /// Rounds (capacity of both, then the loops at half capacity); medians and min–max.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     #[arg(long, default_value_t = 42)]
@@ -49,8 +70,16 @@ pub struct ApiBenchArgs {
 
 impl ApiBenchArgs {
     pub fn check(&self) -> Result<()> {
-        if self.rate.is_nan() || self.rate <= 0.0 || self.seconds == 0 || self.rounds == 0 {
-            anyhow::bail!("--rate, --seconds and --rounds must be above 0");
+        let positive = |v: f64| !v.is_nan() && v > 0.0;
+        if !positive(self.slo_p99_ms)
+            || !positive(self.start_rate)
+            || self.step_seconds == 0
+            || self.seconds == 0
+            || self.rounds == 0
+        {
+            anyhow::bail!(
+                "--slo-p99-ms, --start-rate, --step-seconds, --seconds and --rounds must be above 0"
+            );
         }
         Ok(())
     }
@@ -59,6 +88,7 @@ impl ApiBenchArgs {
 /// Latency figures of one loop, milliseconds.
 #[derive(Debug, Default, Clone, Copy, Serialize)]
 pub struct Latency {
+    pub offered_per_s: f64,
     pub achieved_per_s: f64,
     pub errors: u64,
     pub p50_ms: f64,
@@ -69,72 +99,82 @@ pub struct Latency {
     pub cassandra_cpu_ms: f64,
 }
 
-/// One round: each loop once.
-#[derive(Debug, Default, Clone, Copy, Serialize)]
+impl Latency {
+    /// Whether the loop sustained its offered rate within the SLO.
+    fn sustained(&self, slo_p99_ms: f64) -> bool {
+        let done = self.achieved_per_s.max(1.0);
+        self.p99_ms < slo_p99_ms
+            && (self.errors as f64) <= 0.01 * done
+            && self.achieved_per_s >= 0.9 * self.offered_per_s
+    }
+}
+
+/// A capacity search: the steps it ran and the highest rate sustained.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Capacity {
+    pub per_s: f64,
+    pub steps: Vec<Latency>,
+}
+
+/// One round: both capacities, then the three loops at half the API's capacity.
+#[derive(Debug, Default, Clone, Serialize)]
 pub struct Round {
+    pub api_capacity: Capacity,
+    pub bare_capacity: Capacity,
+    pub half_rate: f64,
     pub api: Latency,
     pub in_process: Latency,
     pub bare_lwt: Latency,
 }
 
-/// The loops, in the order a round runs them, with their names in the report.
-const LOOPS: [&str; 3] = ["API over loopback", "write path in process", "bare LWT"];
-
 impl Round {
-    fn loops(&self) -> [&Latency; 3] {
-        [&self.api, &self.in_process, &self.bare_lwt]
+    fn capacity_ratio(&self) -> f64 {
+        self.api_capacity.per_s / self.bare_capacity.per_s
+    }
+
+    fn p99_ratio(&self) -> f64 {
+        self.api.p99_ms / self.bare_lwt.p99_ms
     }
 }
+
+/// The loops, with their names in the report.
+#[derive(Debug, Clone, Copy)]
+enum Loop {
+    Api,
+    InProcess,
+    Bare,
+}
+
+/// A loop at half capacity: its name and where a round keeps it.
+type HalfLoop = (&'static str, fn(&Round) -> &Latency);
+
+const HALF_LOOPS: [HalfLoop; 3] = [
+    ("API over loopback", |r| &r.api),
+    ("write path in process", |r| &r.in_process),
+    ("bare LWT", |r| &r.bare_lwt),
+];
 
 #[derive(Debug, Default, Serialize)]
 pub struct ApiBenchReport {
-    pub offered_per_s: f64,
+    pub slo_p99_ms: f64,
+    pub step_seconds: u64,
     pub seconds: u64,
     pub rounds: Vec<Round>,
-    /// Each figure's median over the rounds.
-    pub median: Round,
-    /// API p50 / in-process p50 (medians): HTTP, JSON and auth.
-    pub overhead_ratio_p50: f64,
-    /// API p99 / bare LWT p99 (medians).
-    pub vs_bare_lwt_p99: f64,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v[v.len() / 2]
-    }
-}
-
-fn spread(v: impl Iterator<Item = f64>) -> (f64, f64) {
-    v.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
-        (lo.min(x), hi.max(x))
-    })
 }
 
 impl ApiBenchReport {
-    fn summarize(&mut self) {
-        let pick = |f: fn(&Round) -> &Latency| {
-            let of = |g: fn(&Latency) -> f64| median(self.rounds.iter().map(|r| g(f(r))).collect());
-            Latency {
-                achieved_per_s: of(|l| l.achieved_per_s),
-                errors: of(|l| l.errors as f64) as u64,
-                p50_ms: of(|l| l.p50_ms),
-                p99_ms: of(|l| l.p99_ms),
-                p999_ms: of(|l| l.p999_ms),
-                cassandra_cpu_ms: of(|l| l.cassandra_cpu_ms),
-            }
-        };
-        self.median = Round {
-            api: pick(|r| &r.api),
-            in_process: pick(|r| &r.in_process),
-            bare_lwt: pick(|r| &r.bare_lwt),
-        };
-        let m = &self.median;
-        self.overhead_ratio_p50 = m.api.p50_ms / m.in_process.p50_ms;
-        self.vs_bare_lwt_p99 = m.api.p99_ms / m.bare_lwt.p99_ms;
+    fn over(&self, f: impl Fn(&Round) -> f64) -> (f64, f64, f64) {
+        mmm(self.rounds.iter().map(f))
+    }
+
+    /// API capacity / bare LWT capacity: median over rounds, min, max.
+    pub fn capacity_ratio(&self) -> (f64, f64, f64) {
+        self.over(Round::capacity_ratio)
+    }
+
+    /// API p99 / bare LWT p99 at half the API's capacity.
+    pub fn p99_ratio(&self) -> (f64, f64, f64) {
+        self.over(Round::p99_ratio)
     }
 }
 
@@ -159,7 +199,7 @@ impl Mix {
     }
 }
 
-fn figures(mut lat: Vec<f64>, errors: u64, elapsed: Duration) -> Latency {
+fn figures(mut lat: Vec<f64>, errors: u64, elapsed: Duration, offered: f64) -> Latency {
     lat.sort_by(f64::total_cmp);
     let q = |p: f64| {
         if lat.is_empty() {
@@ -169,6 +209,7 @@ fn figures(mut lat: Vec<f64>, errors: u64, elapsed: Duration) -> Latency {
         }
     };
     Latency {
+        offered_per_s: offered,
         achieved_per_s: lat.len() as f64 / elapsed.as_secs_f64(),
         errors,
         p50_ms: q(0.5),
@@ -216,6 +257,7 @@ where
         lat,
         errors.load(std::sync::atomic::Ordering::Relaxed),
         elapsed,
+        rate,
     );
     l.cassandra_cpu_ms = match (cassandra, cpu_before) {
         (Some(pid), Some(before)) => (cpu_seconds(pid) - before) * 1000.0 / done,
@@ -248,27 +290,22 @@ pub async fn run(
     let dir = std::env::temp_dir().join(format!("likes-benchapi-{stamp}"));
     std::fs::create_dir_all(&dir)?;
     let mut report = ApiBenchReport {
-        offered_per_s: args.rate,
+        slo_p99_ms: args.slo_p99_ms,
+        step_seconds: args.step_seconds,
         seconds: args.seconds,
         ..Default::default()
     };
 
     let ks = &settings.cql.keyspace;
-    let prepare = |q: String| {
-        let session = session.clone();
-        async move {
-            session
-                .prepare(q)
-                .await
-                .map(Arc::new)
-                .map_err(|e| anyhow!(format!("prepare a bench LWT: {e}")))
-        }
-    };
-    let edge_lwt = prepare(format!(
-        "INSERT INTO {ks}.edges (item_id, bucket, user_id, state, op_id, updated_at, epoch) \
-         VALUES (?, 0, ?, 1, 1, toTimestamp(now()), 0) IF NOT EXISTS"
-    ))
-    .await?;
+    let edge_lwt = Arc::new(
+        session
+            .prepare(format!(
+                "INSERT INTO {ks}.edges (item_id, bucket, user_id, state, op_id, updated_at, epoch) \
+                 VALUES (?, 0, ?, 1, 1, toTimestamp(now()), 0) IF NOT EXISTS"
+            ))
+            .await
+            .map_err(|e| anyhow!(format!("prepare the bare LWT: {e}")))?,
+    );
     let app = api::App::connect(&settings, topology).await?;
     let mix = Arc::new(Mutex::new(Mix {
         rng: StdRng::seed_from_u64(args.seed),
@@ -296,20 +333,21 @@ pub async fn run(
         edge_lwt,
     };
     for round in 0..args.rounds {
-        let r = loops
-            .round(&format!("r{round}"), args.rate, args.seconds)
-            .await;
-        for (name, l) in LOOPS.iter().zip(r.loops()) {
-            eprintln!(
-                "bench api: round {}/{}: {name}: {l:?}",
-                round + 1,
-                args.rounds
-            );
-        }
+        let r = loops.round(&format!("r{round}"), args).await;
+        eprintln!(
+            "bench api: round {}/{}: capacity API {:.0}/s, bare LWT {:.0}/s; at {:.0}/s p99 API {:.1} ms, in process {:.1} ms, bare LWT {:.1} ms",
+            round + 1,
+            args.rounds,
+            r.api_capacity.per_s,
+            r.bare_capacity.per_s,
+            r.half_rate,
+            r.api.p99_ms,
+            r.in_process.p99_ms,
+            r.bare_lwt.p99_ms
+        );
         report.rounds.push(r);
     }
     stop(&mut child);
-    report.summarize();
     likes::cmd::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&args.out)?;
@@ -333,10 +371,68 @@ struct Loops {
 }
 
 impl Loops {
-    /// One round: the API over HTTP, the write path in process, a bare LWT.
-    async fn round(&self, tag: &str, rate: f64, seconds: u64) -> Round {
-        let mut r = Round::default();
-        r.api = open_loop(rate, seconds, |i| {
+    /// One round: the capacity of the API and of the bare LWT, then the API, the write path
+    /// in process and the bare LWT at half the API's capacity.
+    async fn round(&self, tag: &str, args: &ApiBenchArgs) -> Round {
+        let api_capacity = self.capacity(Loop::Api, &format!("{tag}c"), args).await;
+        let bare_capacity = self.capacity(Loop::Bare, &format!("{tag}c"), args).await;
+        let half_rate = (api_capacity.per_s / 2.0).max(1.0);
+        let (s, tag) = (args.seconds, format!("{tag}h"));
+        Round {
+            api: self.run(Loop::Api, &tag, half_rate, s).await,
+            in_process: self.run(Loop::InProcess, &tag, half_rate, s).await,
+            bare_lwt: self.run(Loop::Bare, &tag, half_rate, s).await,
+            api_capacity,
+            bare_capacity,
+            half_rate,
+        }
+    }
+
+    /// The highest rate `which` sustains within the SLO: up by half a step until a step
+    /// fails, then one bisection step between the last pass and the fail.
+    async fn capacity(&self, which: Loop, tag: &str, args: &ApiBenchArgs) -> Capacity {
+        let mut c = Capacity::default();
+        let mut rate = args.start_rate;
+        let mut failed_at = None;
+        for step in 0.. {
+            let l = self
+                .run(which, &format!("{tag}{step}"), rate, args.step_seconds)
+                .await;
+            eprintln!(
+                "bench api: {which:?} at {rate:.0}/s: achieved {:.0}/s, p99 {:.1} ms, {} errors",
+                l.achieved_per_s, l.p99_ms, l.errors
+            );
+            c.steps.push(l);
+            if !l.sustained(args.slo_p99_ms) {
+                failed_at = Some(rate);
+                break;
+            }
+            c.per_s = rate;
+            rate *= 1.5;
+        }
+        if let Some(fail) = failed_at.filter(|_| c.per_s > 0.0) {
+            let mid = (c.per_s * fail).sqrt();
+            let l = self
+                .run(which, &format!("{tag}m"), mid, args.step_seconds)
+                .await;
+            c.steps.push(l);
+            if l.sustained(args.slo_p99_ms) {
+                c.per_s = mid;
+            }
+        }
+        c
+    }
+
+    async fn run(&self, which: Loop, tag: &str, rate: f64, seconds: u64) -> Latency {
+        match which {
+            Loop::Api => self.api(tag, rate, seconds).await,
+            Loop::InProcess => self.in_process(tag, rate, seconds).await,
+            Loop::Bare => self.bare(tag, rate, seconds).await,
+        }
+    }
+
+    async fn api(&self, tag: &str, rate: f64, seconds: u64) -> Latency {
+        open_loop(rate, seconds, |i| {
             let (http, mix, url, signer) = (
                 self.http.clone(),
                 self.mix.clone(),
@@ -364,8 +460,11 @@ impl Loops {
                 }
             }
         })
-        .await;
-        r.in_process = open_loop(rate, seconds, |i| {
+        .await
+    }
+
+    async fn in_process(&self, tag: &str, rate: f64, seconds: u64) -> Latency {
+        open_loop(rate, seconds, |i| {
             let (app, mix) = (self.app.clone(), self.mix.clone());
             let key = format!("k{tag}-{i}");
             async move {
@@ -375,14 +474,16 @@ impl Loops {
                     .is_ok()
             }
         })
-        .await;
-        r.bare_lwt = open_loop(rate, seconds, |i| {
+        .await
+    }
+
+    async fn bare(&self, tag: &str, rate: f64, seconds: u64) -> Latency {
+        open_loop(rate, seconds, |i| {
             let (s, st) = (self.session.clone(), self.edge_lwt.clone());
             let (item, user) = (format!("bare-{}", i % 10_000), format!("b{tag}-{i}"));
             async move { s.execute_unpaged(&st, (item, user)).await.is_ok() }
         })
-        .await;
-        r
+        .await
     }
 }
 
@@ -429,26 +530,56 @@ pub(crate) async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<()> 
 
 impl std::fmt::Display for ApiBenchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.rounds.len();
         writeln!(
             f,
-            "| loop at {:.0} writes/s offered, {} s, median of {} | achieved/s | errors | p50 ms | p99 ms (min–max) | p999 ms | Cassandra CPU ms/write |",
-            self.offered_per_s,
-            self.seconds,
-            self.rounds.len()
+            "| capacity (p99 < {:.0} ms, {} s steps), median of {n} (min–max) | writes/s |\n|---|---|",
+            self.slo_p99_ms, self.step_seconds
+        )?;
+        writeln!(
+            f,
+            "| API over loopback | {} |",
+            fig(self.over(|r| r.api_capacity.per_s), 0)
+        )?;
+        writeln!(
+            f,
+            "| bare LWT loop | {} |",
+            fig(self.over(|r| r.bare_capacity.per_s), 0)
+        )?;
+        let cap = self.capacity_ratio();
+        writeln!(
+            f,
+            "| **API / bare LWT** | {} — goal {} |\n",
+            fig(cap, 2),
+            Goal::at_least(CAPACITY_GOAL).verdict(cap.0)
+        )?;
+        writeln!(
+            f,
+            "| at half the API's capacity ({} writes/s), {} s, median of {n} | achieved/s | errors | p50 ms | p99 ms (min–max) | p999 ms | Cassandra CPU ms/write |",
+            fig(self.over(|r| r.half_rate), 0),
+            self.seconds
         )?;
         writeln!(f, "|---|---|---|---|---|---|---|")?;
-        for (k, (name, l)) in LOOPS.iter().zip(self.median.loops()).enumerate() {
-            let (lo, hi) = spread(self.rounds.iter().map(|r| r.loops()[k].p99_ms));
+        for (name, get) in HALF_LOOPS {
+            let m = |g: fn(&Latency) -> f64| self.over(|r| g(get(r)));
             writeln!(
                 f,
-                "| {name} | {:.0} | {} | {:.1} | {:.1} ({lo:.1}–{hi:.1}) | {:.1} | {:.2} |",
-                l.achieved_per_s, l.errors, l.p50_ms, l.p99_ms, l.p999_ms, l.cassandra_cpu_ms
+                "| {name} | {:.0} | {:.0} | {:.1} | {} | {:.1} | {:.2} |",
+                m(|l| l.achieved_per_s).0,
+                m(|l| l.errors as f64).0,
+                m(|l| l.p50_ms).0,
+                fig(m(|l| l.p99_ms), 1),
+                m(|l| l.p999_ms).0,
+                m(|l| l.cassandra_cpu_ms).0
             )?;
         }
+        let p99 = self.p99_ratio();
         write!(
             f,
-            "\nAPI / in-process p50: {:.2}; API / bare LWT p99: {:.2}",
-            self.overhead_ratio_p50, self.vs_bare_lwt_p99
+            "\n**API p99 / bare LWT p99** at that rate: {} — goal {}. API / in-process p50: {}.",
+            fig(p99, 2),
+            Goal::at_most(LATENCY_GOAL).verdict(p99.0),
+            fig(self.over(|r| r.api.p50_ms / r.in_process.p50_ms), 2)
         )
     }
 }

@@ -1,13 +1,16 @@
 //! `likes-tools bench`: the benchmarks, each on its own topics and keyspace.
 //!
-//! - [`topology`]: events through both stages against a plain consumer of the same topic.
+//! - [`topology`]: events through both stages against the fastest plain consumer of the same
+//!   topic and a Kafka Streams exactly-once peer of the same topology ([`peer`]).
 //! - [`api`]: the API over loopback against the write path in process and a bare LWT.
 //! - [`report`]: all of them plus a sweep of offered load, written to `bench/report.md`
 //!   with [`plots`].
 
 pub mod api;
 pub mod gen;
+pub mod peer;
 mod plots;
 pub mod report;
 pub mod scrape;
+pub mod stats;
 pub mod topology;

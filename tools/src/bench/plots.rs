@@ -5,7 +5,8 @@ use std::path::Path;
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 
-use super::report::{mmm, LevelRun};
+use super::report::LevelRun;
+use super::stats::mmm;
 
 /// Registers a TrueType font for the plots' text (plotters draws text with ab_glyph, pure
 /// Rust, so the build needs no fontconfig; a font file must exist at run time).

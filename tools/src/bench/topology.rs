@@ -1,12 +1,20 @@
 //! `likes-tools bench topology`: the topology's throughput, staleness and memory on this machine,
 //! next to the physical limit measured in the same run.
 //!
-//! 1. Produce N LikeEvents: a zipf mix over `items` items plus one viral item taking
-//!    `viral_share` of the events; 90% likes of new edges, 10% unlikes of earlier likes.
-//! 2. Baseline: a plain consumer reads and decodes the same topic (the box's raw rate).
-//! 3. Start `likes dedupe` and `likes count` as child processes on the backlog and time
-//!    them until every count equals the ground truth (drained): events/s and the ratio.
-//! 4. Live phase: produce at half the drained rate, open loop, and after a 5 s warm-up read
+//! 1. Produce N records shaped like production ([`super::gen`]): a zipf mix over `items` items
+//!    plus one viral item taking `viral_share`; 90% likes of new edges, 10% unlikes of
+//!    earlier likes; 3% duplicates (some arriving after a newer version of their edge);
+//!    0.1% records that are not LikeEvents; event times from the clock at each send.
+//! 2. The physical limit: the fastest plain consumer reads and decodes the whole topic (the
+//!    higher of librdkafka's, one message per poll, and the Java client's, 5000 per poll).
+//! 3. The peer ([`super::peer`]): Kafka Streams, exactly-once v2, the same topology on the
+//!    same topic, timed from process start until its committed offsets cover the input and
+//!    its repartition topic; its output is checked item by item.
+//! 4. `likes dedupe` and `likes count` as child processes on the backlog, timed from process
+//!    start until stage 1 has committed every record and stage 2 has applied every delta
+//!    stage 1 wrote (both from their own /metrics, never from the counter table, so the
+//!    measurement does not compete with the sink); then every count is checked item by item.
+//! 5. Live phase: produce at half the drained rate, open loop, and after a 5 s warm-up read
 //!    staleness at the sink (sink time - event time) from the count stage's histogram.
 //!
 //! Figures come from the stages' own /metrics; peak RSS from /proc (VmHWM).
@@ -24,7 +32,8 @@ use rdkafka::{Message as _, Offset, TopicPartitionList};
 use serde::Serialize;
 use tracing::info;
 
-use super::gen::{Generator, Zipf};
+use super::gen::Generator;
+use super::peer::{self, PeerRun};
 use super::scrape::{buckets, diff, peak_rss_mb, quantile, scrape};
 use crate::procs::{self, stop, Proc};
 use anyhow::{anyhow, Result};
@@ -84,10 +93,20 @@ pub struct BenchReport {
     pub items: u32,
     pub viral_share: f64,
     pub window_ms: u64,
+    /// Of the records: duplicates and records that are not LikeEvents.
+    pub duplicates: u64,
+    pub invalid: u64,
     pub produce_events_per_s: f64,
+    /// The physical limit: the faster of the two plain consumers.
     pub raw_consume_events_per_s: f64,
+    pub raw_librdkafka_events_per_s: f64,
+    pub raw_java_events_per_s: f64,
     pub topology_events_per_s: f64,
     pub ratio_to_raw: f64,
+    /// The Kafka Streams exactly-once peer on the same backlog.
+    pub peer: PeerRun,
+    /// likes drained events/s over the peer's.
+    pub ratio_to_peer: f64,
     /// Stage 1 alone: when it had read the whole backlog.
     pub dedupe_events_per_s: f64,
     /// Stage 1's time on the backlog by loop phase (poll, process, commit, state), seconds.
@@ -207,29 +226,67 @@ pub(crate) fn spawn_stage(
     procs::spawn_attached(stage, stage, dir, &env)
 }
 
-/// Waits until the dedupe stage has read `events` and the sum of all counts is `want`;
-/// returns when the dedupe stage had read them all.
-async fn wait_drained(
-    counts: &Counts,
-    dedupe_port: u16,
-    events: f64,
-    want: i64,
-) -> Result<Instant> {
+/// Waits until stage 1 has committed `records` records and stage 2 has applied every delta
+/// stage 1 wrote, read from their /metrics every 100 ms; returns when stage 1 had committed
+/// them all. A drain that stops moving for 60 s is an error with the figures.
+async fn wait_drained(records: f64) -> Result<Instant> {
     let deadline = Instant::now() + Duration::from_secs(3600);
     let mut dedupe_done = None;
+    let (mut last, mut moved) = (-1.0, Instant::now());
     loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let d = scrape(dedupe_port);
-        if d.get(m::EVENTS_IN).copied().unwrap_or(0.0) >= events {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let d = scrape(DEDUPE_PORT);
+        let read = d.get(m::EVENTS_IN).copied().unwrap_or(0.0);
+        if read >= records {
             let done = *dedupe_done.get_or_insert_with(Instant::now);
-            let total: i64 = counts.all().await?.values().map(|c| c.0).sum();
-            if total == want {
+            let written = d.get(m::DELTAS_OUT).copied().unwrap_or(0.0);
+            let applied = scrape(COUNT_PORT)
+                .get(m::DELTAS_APPLIED)
+                .copied()
+                .unwrap_or(0.0);
+            if applied >= written {
                 return Ok(done);
+            }
+            if applied != last {
+                (last, moved) = (applied, Instant::now());
+            } else if moved.elapsed() > Duration::from_secs(60) {
+                return Err(anyhow!(
+                    "drain: stage 2 applied {applied} of the {written} deltas stage 1 wrote and \
+                     has not moved for 60 s (an aborted transaction's deltas are counted as \
+                     written; see the stages' logs)"
+                ));
             }
         }
         if Instant::now() > deadline {
-            return Err(anyhow!("drain: timed out after 3600 s"));
+            return Err(anyhow!(
+                "drain: timed out after 3600 s with {read} of {records} records read"
+            ));
         }
+    }
+}
+
+/// Every counter row against the ground truth, item by item.
+async fn check_counts(counts: &Counts, truth: &HashMap<String, i64>) -> Result<()> {
+    let have = counts.all().await?;
+    let mut wrong = Vec::new();
+    let items: std::collections::BTreeSet<&String> = have.keys().chain(truth.keys()).collect();
+    for item in items {
+        let (h, t) = (
+            have.get(item).map(|c| c.0).unwrap_or(0),
+            truth.get(item).copied().unwrap_or(0),
+        );
+        if h != t {
+            wrong.push(format!("{item}: {h} (truth {t})"));
+        }
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow!(
+            "{} items differ from the ground truth, e.g. {}",
+            wrong.len(),
+            wrong[..wrong.len().min(5)].join(", ")
+        ))
     }
 }
 
@@ -254,15 +311,13 @@ pub async fn topology(
     let events_topic = settings.topic(&topology.topics.events.name);
     info!(dir = %dir.display(), keyspace = %settings.cql.keyspace, "bench set up");
 
-    let mut g = Generator {
-        rng: StdRng::seed_from_u64(args.seed),
-        zipf: Zipf::new(args.items),
-        viral_share: args.viral_share,
-        next_user: 0,
-        liked: Vec::new(),
-        truth: HashMap::new(),
-        buckets: topology.buckets,
-    };
+    let cp = peer::classpath()?;
+    let mut g = Generator::new(
+        StdRng::seed_from_u64(args.seed),
+        args.items,
+        args.viral_share,
+        topology.buckets,
+    );
     let mut report = BenchReport {
         events: args.events,
         items: args.items,
@@ -279,35 +334,60 @@ pub async fn topology(
         args.events, report.produce_events_per_s
     );
 
-    // 2. The raw rate.
-    report.raw_consume_events_per_s = tokio::task::block_in_place(|| {
-        raw_consume(
-            &settings,
-            &events_topic,
-            topology.topics.events.partitions,
-            args.events,
-        )
+    report.duplicates = g.duplicates;
+    report.invalid = g.invalid;
+
+    // 2. The physical limit: the faster plain consumer.
+    let partitions = topology.topics.events.partitions;
+    report.raw_librdkafka_events_per_s = tokio::task::block_in_place(|| {
+        raw_consume(&settings, &events_topic, partitions, args.events)
     })?;
+    report.raw_java_events_per_s =
+        peer::raw_consume(&cp, &settings, &events_topic, partitions, args.events)?;
+    report.raw_consume_events_per_s = report
+        .raw_librdkafka_events_per_s
+        .max(report.raw_java_events_per_s);
     eprintln!(
-        "bench: raw consume+decode {:.0}/s",
-        report.raw_consume_events_per_s
+        "bench: raw consume+decode {:.0}/s (librdkafka {:.0}/s, Java {:.0}/s)",
+        report.raw_consume_events_per_s,
+        report.raw_librdkafka_events_per_s,
+        report.raw_java_events_per_s
     );
 
-    // 3. The topology on the backlog.
-    let truth_total: i64 = g.truth.values().sum();
+    // 3. The Kafka Streams peer on the same backlog.
+    let backlog_truth = g.truth.clone();
+    report.peer = peer::run_streams(
+        &cp,
+        &settings,
+        &dir,
+        &events_topic,
+        args.events,
+        topology.topics.deltas.partitions,
+        report.window_ms,
+        &backlog_truth,
+    )
+    .await?;
+    eprintln!(
+        "bench: Kafka Streams peer drained {} records in {:.1} s: {:.0}/s (its streams started after {:.1} s)",
+        args.events, report.peer.seconds, report.peer.events_per_s, report.peer.started_after_s
+    );
+
+    // 4. likes on the backlog.
     let started = Instant::now();
     let mut dedupe = spawn_stage("dedupe", &settings, DEDUPE_PORT, &dir)?;
     let mut count = spawn_stage("count", &settings, COUNT_PORT, &dir)?;
-    let dedupe_done = wait_drained(&counts, DEDUPE_PORT, args.events as f64, truth_total).await?;
+    let dedupe_done = wait_drained(args.events as f64).await?;
+    report.drain_seconds = started.elapsed().as_secs_f64();
     report.dedupe_events_per_s =
         args.events as f64 / dedupe_done.duration_since(started).as_secs_f64();
     report.dedupe_phase_seconds = turn_phases(&scrape(DEDUPE_PORT));
-    report.drain_seconds = started.elapsed().as_secs_f64();
     report.topology_events_per_s = args.events as f64 / report.drain_seconds;
     report.ratio_to_raw = report.topology_events_per_s / report.raw_consume_events_per_s;
+    report.ratio_to_peer = report.topology_events_per_s / report.peer.events_per_s;
+    check_counts(&counts, &backlog_truth).await?;
     eprintln!(
-        "bench: topology drained {} events in {:.1} s: {:.0}/s",
-        args.events, report.drain_seconds, report.topology_events_per_s
+        "bench: topology drained {} records in {:.1} s: {:.0}/s ({:.2} x the peer); every count equals the truth",
+        args.events, report.drain_seconds, report.topology_events_per_s, report.ratio_to_peer
     );
 
     // 4. Live: half the drained rate, open loop. The first seconds are a warm-up, not
@@ -320,31 +400,14 @@ pub async fn topology(
     let (before, before_dedupe) =
         produce_live(&p, &mut g, &events_topic, rate, live_events, warmup_events).await?;
     p.flush(Duration::from_secs(60))?;
-    let truth_total: i64 = g.truth.values().sum();
-    wait_drained(
-        &counts,
-        DEDUPE_PORT,
-        (args.events + live_events) as f64,
-        truth_total,
-    )
-    .await?;
+    wait_drained((args.events + live_events) as f64).await?;
     live_figures(&mut report, &before, &before_dedupe);
     memory_figures(&mut report, dedupe.child.id(), count.child.id());
     stop(&mut dedupe);
     stop(&mut count);
 
     // Exactness, item by item.
-    let mut wrong = 0;
-    for (item, (c, _)) in counts.all().await? {
-        if g.truth.get(&item).copied().unwrap_or(0) != c {
-            wrong += 1;
-        }
-    }
-    if wrong > 0 {
-        return Err(anyhow!(format!(
-            "{wrong} items differ from the ground truth"
-        )));
-    }
+    check_counts(&counts, &g.truth).await?;
 
     // Leave nothing behind but the report.
     likes::cmd::namespace::drop(&session, &settings, topology).await?;
@@ -358,7 +421,8 @@ pub async fn topology(
     Ok(report)
 }
 
-/// Produces `n` events of the backlog, all stamped now; returns the produce rate.
+/// Produces `n` records of the backlog, each stamped with the clock at its send; returns the
+/// produce rate.
 fn produce_backlog(
     p: &ThreadedProducer<DefaultProducerContext>,
     g: &mut Generator,
@@ -366,9 +430,8 @@ fn produce_backlog(
     n: u64,
 ) -> Result<f64> {
     let started = Instant::now();
-    let now = likes::runtime::clock::now_ms();
     for i in 0..n {
-        let (k, v) = g.next(now);
+        let (k, v) = g.next(likes::runtime::clock::now_ms());
         send(p, topic, &k, &v)?;
         if i % 500_000 == 0 && i > 0 {
             eprintln!("bench: produced {i} events");
@@ -466,20 +529,34 @@ impl std::fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
+            "| of which duplicates / not LikeEvents | {} / {} |",
+            self.duplicates, self.invalid
+        )?;
+        writeln!(
+            f,
             "| produce rate | {:.0} events/s |",
             self.produce_events_per_s
         )?;
         writeln!(
             f,
-            "| raw consume + decode (baseline) | {:.0} events/s |",
-            self.raw_consume_events_per_s
+            "| raw consume + decode (physical limit): librdkafka / Java | {:.0} / {:.0} events/s |",
+            self.raw_librdkafka_events_per_s, self.raw_java_events_per_s
         )?;
         writeln!(
             f,
-            "| topology, dedupe + count + sink, drained | {:.0} events/s in {:.1} s |",
+            "| Kafka Streams EOS v2 peer, drained from process start | {:.0} events/s in {:.1} s |",
+            self.peer.events_per_s, self.peer.seconds
+        )?;
+        writeln!(
+            f,
+            "| topology, dedupe + count + sink, drained from process start | {:.0} events/s in {:.1} s |",
             self.topology_events_per_s, self.drain_seconds
         )?;
-        writeln!(f, "| ratio to raw | {:.2} |", self.ratio_to_raw)?;
+        writeln!(
+            f,
+            "| ratio to the peer / to the physical limit | {:.2} / {:.2} |",
+            self.ratio_to_peer, self.ratio_to_raw
+        )?;
         writeln!(
             f,
             "| stage 1 alone (backlog read and committed) | {:.0} events/s |",
