@@ -47,8 +47,8 @@ topics: build ## Create the Kafka topics of topology/
 topology: up build ## Run dedupe + count in one process against the local stack (Ctrl-C stops)
 	$(LIKES) migrate && $(LIKES) topics && LIKES__METRICS__LISTEN=127.0.0.1:9464 $(LIKES) topology
 
-bench: up ## Every benchmark + a sweep of offered load -> bench/report.md with PNG plots (~25 min)
-	@stack/prereqs.sh build bench
+bench: up ## Every benchmark, its ratios against the peers, a sweep of offered load -> bench/report.md (~45 min)
+	@stack/prereqs.sh stack build bench
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench report
 
@@ -57,8 +57,8 @@ bench-api: up ## The API's capacity (p99 < 150 ms) and latency against a bare LW
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench api
 
-bench-topology: up ## Benchmark the topology (release build; BENCH_EVENTS=1000000 by default)
-	@stack/prereqs.sh build
+bench-topology: up ## The topology against Kafka Streams EOS and a plain consumer (BENCH_EVENTS=1000000)
+	@stack/prereqs.sh stack build
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench topology --events $${BENCH_EVENTS:-1000000}
 

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use common::api::{self, Client};
 use common::topology as fx;
 
-/// The request keys the edge row remembers.
+/// The (stored) request keys the edge row remembers.
 async fn recent_keys(settings: &likes::config::Settings, item: &str, user: &str) -> Vec<String> {
     let topology = likes::topology::Topology::load(None).unwrap();
     let bucket = likes::hash::bucket_of(user, topology.buckets) as i32;
@@ -28,10 +28,18 @@ async fn recent_keys(settings: &likes::config::Settings, item: &str, user: &str)
         .unwrap()
         .into_rows_result()
         .unwrap();
-    let (keys,) = rows
-        .single_row::<(Option<std::collections::BTreeMap<String, String>>,)>()
+    let (slots,) = rows
+        .single_row::<(Option<std::collections::BTreeMap<i32, String>>,)>()
         .unwrap();
-    keys.unwrap_or_default().into_keys().collect()
+    slots
+        .unwrap_or_default()
+        .values()
+        .map(|v| {
+            likes::api::request_keys::Remembered::decode(v)
+                .unwrap_or_else(|| panic!("unreadable slot {v:?}"))
+                .key
+        })
+        .collect()
 }
 
 fn retract(client: &Client, key: &str, item: &str, user: &str) -> reqwest::RequestBuilder {
@@ -88,31 +96,38 @@ async fn an_edge_remembers_its_last_sixteen_keys_and_no_more() {
         assert_eq!((s, a["changed"].clone()), (StatusCode::OK, json!(false)));
     }
     let keys = recent_keys(&settings, "item-8", "erin").await;
-    assert_eq!(keys.len(), 16, "the row keeps the last 16 keys: {keys:?}");
+    assert_eq!(keys.len(), 16, "the row keeps 16 keys: {keys:?}");
     assert!(
-        !keys.iter().any(|k| k.ends_with(":k0")),
-        "the oldest key is the one dropped: {keys:?}"
+        keys.contains(&"u:k0".to_string()) && !keys.contains(&"u:k1".to_string()),
+        "the key of the last flip is spared and the oldest other key goes: {keys:?}"
     );
-    // k0 is forgotten: it runs as a new request (a no-op now), not a replay of its flip.
-    let (s, again) = client.like("erin", "item-8", "k0").await;
-    assert_eq!(s, StatusCode::OK, "{again}");
-    assert_eq!(
-        (again["changed"].clone(), again["opId"].clone()),
-        (json!(false), json!(1))
-    );
-    // k16, still remembered, replays even against another request: a 422.
+    // k16, remembered, answers a different request under it with a 422.
     let (s, e) = client.unlike("erin", "item-8", "k16").await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
+    // k0, the flip, still replays after 16 later requests.
+    let (s, again) = client.like("erin", "item-8", "k0").await;
+    assert_eq!(s, StatusCode::OK, "{again}");
+    assert_eq!(again, first, "k0 replays its flip");
+    // k1 is forgotten: an unlike under it is a new request (under a remembered like key it
+    // would be a 422), and it flips the edge.
+    let (s, un) = client.unlike("erin", "item-8", "k1").await;
+    assert_eq!(s, StatusCode::OK, "{un}");
+    assert_eq!(
+        (un["changed"].clone(), un["opId"].clone()),
+        (json!(true), json!(2))
+    );
     fx::teardown(&settings, &topology).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_user_cannot_squat_on_an_operators_key() {
     let (settings, topology, _app, client) = api::serve("keysquat").await;
-    // The user stores a no-op unlike under the key the operator's retraction will carry
-    // (retraction keys were stored as `admin:<key>`), then likes.
-    let (s, a) = client.unlike("fred", "item-9", "admin:r1").await;
-    assert_eq!(s, StatusCode::OK, "{a}");
+    // The user stores no-op unlikes under every key the operator's retraction could be stored
+    // as (`admin:<key>` before, `r:<key>` now), then likes.
+    for squat in ["admin:r1", "r:r1", "e:r1"] {
+        let (s, a) = client.unlike("fred", "item-9", squat).await;
+        assert_eq!(s, StatusCode::OK, "{a}");
+    }
     let (s, a) = client.like("fred", "item-9", "k1").await;
     assert_eq!((s, a["changed"].clone()), (StatusCode::OK, json!(true)));
     let r = retract(&client, "r1", "item-9", "fred")
@@ -128,5 +143,38 @@ async fn a_user_cannot_squat_on_an_operators_key() {
     );
     let (_, liked) = client.get("fred", "/v1/items/item-9/likes/fred").await;
     assert_eq!(liked["liked"], json!(false), "the like is retracted");
+    fx::teardown(&settings, &topology).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_like_and_an_unlike_racing_under_one_key_get_one_answer_and_one_422() {
+    let (settings, topology, _app, client) = api::serve("keyclash").await;
+    for round in 0..5 {
+        let item = format!("item-{round}");
+        let (s, _) = client.like("hana", &item, "first").await;
+        assert_eq!(s, StatusCode::OK);
+        // On a liked edge a like under `k` is a no-op and an unlike under `k` a flip: only the
+        // condition on the key's slot keeps both from applying.
+        let (a, b) = tokio::join!(
+            client.like("hana", &item, "k"),
+            client.unlike("hana", &item, "k")
+        );
+        let mut statuses = [a.0, b.0];
+        statuses.sort();
+        assert_eq!(
+            statuses,
+            [StatusCode::OK, StatusCode::UNPROCESSABLE_ENTITY],
+            "round {round}: {a:?} {b:?}"
+        );
+        let (_, state) = client
+            .get("hana", &format!("/v1/items/{item}/likes/hana"))
+            .await;
+        let unlike_won = b.0 == StatusCode::OK;
+        assert_eq!(
+            state["liked"],
+            json!(!unlike_won),
+            "round {round}: the state is the winner's"
+        );
+    }
     fx::teardown(&settings, &topology).await;
 }

@@ -1,18 +1,27 @@
 //! Request keys as the edge row remembers them (DESIGN.md, "One Paxos round per write"):
-//! `recent_keys map<text, text>`, stored key → the request's operation and its answer, for the
-//! last [`KEPT`] requests on the edge younger than [`KEPT_FOR_MS`].
+//! `recent_keys map<int, text>`, a ring of [`KEPT`] slots, each holding one request's key,
+//! operation and answer. A new request takes a slot by overwriting it, never by deleting:
+//! a deleted map entry is a tombstone that every read of the row would scan until
+//! `gc_grace_seconds` passed, and a user tapping one edge all day would pile them up past
+//! Cassandra's tombstone failure threshold. Overwriting a map cell shadows it and leaves none.
+//!
+//! The slot taken is the one the request saw empty, or else expired (older than
+//! [`KEPT_FOR_MS`]), or else holding the oldest key, sparing two kinds of key while others
+//! exist: the key of the edge's last real flip (its retry after later no-ops must still
+//! replay) and an operator's keys (a user's taps must not push a retraction's key out).
 //!
 //! Keys are namespaced by who sent them, so no key a user can send ever equals one an operator
 //! uses: a user's `K` is stored as `u:K`, a retraction's as `r:K`, an erasure's as `e:K`.
-//! The stored value is `<like|unlike>,<changed 0|1>,<op_id>,<at_ms>`: everything the answer
-//! holds besides the edge's own item and user, and the time it was written, to age it out.
+//! A slot's value is `<like|unlike>,<changed 0|1>,<op_id>,<at_ms>,<stored key>`: everything the
+//! answer holds besides the edge's own item and user, when it was written (to age it out),
+//! and the key last (it may itself hold commas).
 
 use std::collections::BTreeMap;
 
 use crate::schema::v1::Source;
 
-/// The most request keys one edge row keeps.
-pub const KEPT: usize = 16;
+/// The slots of one edge row: the most request keys it keeps.
+pub const KEPT: i32 = 16;
 
 /// A key older than this is forgotten: its retry is a new request (one day).
 pub const KEPT_FOR_MS: i64 = 86_400_000;
@@ -29,27 +38,30 @@ pub fn stored(source: Source, key: &str) -> String {
 }
 
 /// What a remembered request asked for and what it was answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Remembered {
     pub liked: bool,
     pub changed: bool,
     pub op_id: i64,
     pub at_ms: i64,
+    /// The stored (namespaced) key.
+    pub key: String,
 }
 
 impl Remembered {
     pub fn encode(&self) -> String {
         let op = if self.liked { "like" } else { "unlike" };
         format!(
-            "{op},{},{},{}",
+            "{op},{},{},{},{}",
             u8::from(self.changed),
             self.op_id,
-            self.at_ms
+            self.at_ms,
+            self.key
         )
     }
 
     pub fn decode(s: &str) -> Option<Remembered> {
-        let mut parts = s.split(',');
+        let mut parts = s.splitn(5, ',');
         let liked = match parts.next()? {
             "like" => true,
             "unlike" => false,
@@ -62,76 +74,87 @@ impl Remembered {
         };
         let op_id = parts.next()?.parse().ok()?;
         let at_ms = parts.next()?.parse().ok()?;
-        parts.next().is_none().then_some(Remembered {
+        let key = parts.next().filter(|k| !k.is_empty())?.to_string();
+        Some(Remembered {
             liked,
             changed,
             op_id,
             at_ms,
+            key,
         })
     }
 
     fn live(&self, now_ms: i64) -> bool {
         now_ms - self.at_ms < KEPT_FOR_MS
     }
+
+    fn is_operators(&self) -> bool {
+        !self.key.starts_with("u:")
+    }
 }
 
 /// The live request stored under `key`, if the row remembers one.
-pub fn lookup(keys: &BTreeMap<String, String>, key: &str, now_ms: i64) -> Option<Remembered> {
-    keys.get(key)
-        .and_then(|v| Remembered::decode(v))
-        .filter(|r| r.live(now_ms))
+pub fn lookup(slots: &BTreeMap<i32, String>, key: &str, now_ms: i64) -> Option<Remembered> {
+    slots
+        .values()
+        .filter_map(|v| Remembered::decode(v))
+        .find(|r| r.key == key && r.live(now_ms))
 }
 
-/// The keys to drop from the row in the same write that adds `adding`, so that afterwards it
-/// holds at most [`KEPT`] live keys: the expired and unreadable ones, then the oldest.
-/// `adding` itself is never in the list: a removal and a set of one map entry in one write
-/// share a timestamp, and the removal would win.
-pub fn to_drop(keys: &BTreeMap<String, String>, adding: &str, now_ms: i64) -> Vec<String> {
-    let mut drop = Vec::new();
-    let mut live: Vec<(i64, &String)> = Vec::new();
-    for (k, v) in keys.iter().filter(|(k, _)| *k != adding) {
+/// The slot a new request on this row writes its key into (see the module's rule).
+/// `last_flip` is the edge's op_id: the key that flipped it to that version is spared.
+pub fn slot_for(slots: &BTreeMap<i32, String>, last_flip: i64, now_ms: i64) -> i32 {
+    if let Some(free) = (0..KEPT).find(|s| !slots.contains_key(s)) {
+        return free;
+    }
+    let mut spared = Vec::new();
+    let mut candidates = Vec::new();
+    for (&slot, v) in slots.iter().filter(|(s, _)| (0..KEPT).contains(*s)) {
         match Remembered::decode(v).filter(|r| r.live(now_ms)) {
-            Some(r) => live.push((r.at_ms, k)),
-            None => drop.push(k.clone()),
+            None => return slot, // expired, or unreadable
+            Some(r) if r.is_operators() || (r.changed && r.op_id == last_flip) => {
+                spared.push((r.at_ms, slot))
+            }
+            Some(r) => candidates.push((r.at_ms, slot)),
         }
     }
-    live.sort();
-    let excess = live.len().saturating_sub(KEPT - 1);
-    drop.extend(live.into_iter().take(excess).map(|(_, k)| k.clone()));
-    drop
+    let oldest = |v: &[(i64, i32)]| v.iter().min().map(|&(_, s)| s);
+    oldest(&candidates).or_else(|| oldest(&spared)).unwrap_or(0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn at(ms: i64) -> String {
+    fn r(key: &str, changed: bool, op_id: i64, at_ms: i64) -> String {
         Remembered {
             liked: true,
-            changed: false,
-            op_id: 1,
-            at_ms: ms,
+            changed,
+            op_id,
+            at_ms,
+            key: key.into(),
         }
         .encode()
     }
 
     #[test]
     fn a_remembered_answer_round_trips_and_garbage_is_none() {
-        let r = Remembered {
+        let a = Remembered {
             liked: false,
             changed: true,
             op_id: 42,
             at_ms: 1_700_000_000_123,
+            key: "u:a,b".into(),
         };
-        assert_eq!(r.encode(), "unlike,1,42,1700000000123");
-        assert_eq!(Remembered::decode(&r.encode()), Some(r));
+        assert_eq!(a.encode(), "unlike,1,42,1700000000123,u:a,b");
+        assert_eq!(Remembered::decode(&a.encode()), Some(a));
         for bad in [
             "",
             "like",
-            "like,2,1,1",
-            "like,1,x,1",
-            "like,1,1,1,1",
-            "LIKE,1,1,1",
+            "like,2,1,1,u:k",
+            "like,1,x,1,u:k",
+            "like,1,1,1,",
+            "LIKE,1,1,1,k",
         ] {
             assert_eq!(Remembered::decode(bad), None, "{bad:?}");
         }
@@ -149,27 +172,35 @@ mod tests {
 
     #[test]
     fn a_key_older_than_a_day_is_forgotten() {
-        let keys = BTreeMap::from([("u:a".to_string(), at(1_000))]);
-        assert!(lookup(&keys, "u:a", 1_000 + KEPT_FOR_MS - 1).is_some());
-        assert!(lookup(&keys, "u:a", 1_000 + KEPT_FOR_MS).is_none());
-        assert!(lookup(&keys, "u:b", 1_000).is_none());
+        let slots = BTreeMap::from([(3, r("u:a", true, 1, 1_000))]);
+        assert!(lookup(&slots, "u:a", 1_000 + KEPT_FOR_MS - 1).is_some());
+        assert!(lookup(&slots, "u:a", 1_000 + KEPT_FOR_MS).is_none());
+        assert!(lookup(&slots, "u:b", 1_000).is_none());
     }
 
     #[test]
-    fn the_row_keeps_the_newest_live_keys_and_never_drops_the_one_being_added() {
+    fn a_new_key_takes_a_free_slot_then_an_expired_one_then_the_oldest_unspared() {
         let now = 10 * KEPT_FOR_MS;
-        let mut keys: BTreeMap<String, String> = (0..20)
-            .map(|i| (format!("u:k{i:02}"), at(now - 1000 + i)))
+        let mut slots: BTreeMap<i32, String> = (0..KEPT - 1)
+            .map(|s| {
+                (
+                    s,
+                    r(&format!("u:k{s}"), false, 7, now - 1000 + i64::from(s)),
+                )
+            })
             .collect();
-        keys.insert("u:old".into(), at(now - KEPT_FOR_MS));
-        keys.insert("u:bad".into(), "?".into());
-        let drop = to_drop(&keys, "u:k00", now);
-        // Expired and unreadable go; of the 19 other live keys the 4 oldest go, leaving 15
-        // (plus the one being added: 16).
-        let mut want: Vec<String> = vec!["u:bad".into(), "u:old".into()];
-        want.extend((1..=4).map(|i| format!("u:k{i:02}")));
-        assert_eq!(drop, want);
-        let small = BTreeMap::from([("u:a".to_string(), at(now))]);
-        assert!(to_drop(&small, "u:b", now).is_empty());
+        assert_eq!(slot_for(&slots, 7, now), KEPT - 1, "the free slot");
+        slots.insert(KEPT - 1, r("u:new", false, 7, now));
+        // Slot 0 is the oldest: taken.
+        assert_eq!(slot_for(&slots, 7, now), 0);
+        // The last flip's key and an operator's are spared while others exist.
+        slots.insert(0, r("u:flip", true, 7, now - 5000));
+        slots.insert(1, r("r:retract", true, 6, now - 4000));
+        assert_eq!(slot_for(&slots, 7, now), 2);
+        // An expired or unreadable slot goes first.
+        slots.insert(9, r("u:old", false, 7, now - KEPT_FOR_MS));
+        assert_eq!(slot_for(&slots, 7, now), 9);
+        slots.insert(9, "?".into());
+        assert_eq!(slot_for(&slots, 7, now), 9);
     }
 }

@@ -252,7 +252,9 @@ async fn cas(
     mut seen: Option<EdgeRow>,
 ) -> std::result::Result<Outcome, ApiError> {
     let edges = &app.store.edges;
-    for _attempt in 0..16 {
+    // Requests on one edge with different keys contend for its next slot: each lost race
+    // is a fresh read and another try.
+    for _attempt in 0..(2 * request_keys::KEPT) {
         let keys = seen.as_ref().map(|r| &r.keys);
         if let Some(r) = keys.and_then(|k| request_keys::lookup(k, &req.key, req.now)) {
             // A key the row holds was written by a committed CAS: its answer is final.
@@ -274,21 +276,34 @@ async fn cas(
             changed: !already,
             op_id: to.op_id,
             at_ms: req.now,
+            key: req.key.clone(),
         };
-        let answer = remembered.encode();
+        let value = remembered.encode();
         let empty = Default::default();
         let keys = keys.unwrap_or(&empty);
+        let slot = request_keys::slot_for(keys, edge.map(|e| e.op_id).unwrap_or(0), req.now);
         let cas = Cas {
             item: req.item,
             bucket: req.bucket,
             user: req.user,
-            key: &req.key,
-            answer: &answer,
-            drop: request_keys::to_drop(keys, &req.key, req.now),
-            key_was: keys.get(&req.key).map(String::as_str),
+            slot,
+            value: &value,
+            slot_was: keys.get(&slot).map(String::as_str),
         };
         let applied = match edge {
-            None => edges.insert(&cas, &to).await?,
+            None => {
+                if !req.liked {
+                    // An unlike that creates the row (to hold its key): the user's side
+                    // first, as for a like, so that erasure finds every row of the user.
+                    app.session
+                        .execute_unpaged(
+                            &app.store.edges.by_user,
+                            (req.user, req.item, CqlTimestamp(req.now)),
+                        )
+                        .await?;
+                }
+                edges.insert(&cas, &to).await?
+            }
             Some(e) if already => edges.keep(&cas, &e).await?,
             Some(e) => edges.flip(&cas, &e, &to).await?,
         };

@@ -105,15 +105,17 @@ pub async fn run(session: &Session, settings: &CqlSettings) -> Result<MigrateRep
             );
             report.created.push(table.name);
         } else {
-            let added = add_columns(session, ks, table, &existing).await?;
-            if added.is_empty() {
-                check_table(ks, table, &existing)?;
+            // Checked before anything is added: a table that differs in any other way is
+            // reported untouched.
+            let missing = missing_regular(table, &existing);
+            check_table(ks, table, &existing, &missing)?;
+            if missing.is_empty() {
                 report.unchanged.push(table.name);
             } else {
-                check_table(ks, table, &table_columns(session, ks, table.name).await?)?;
+                add_columns(session, ks, table, &missing).await?;
                 report
                     .added
-                    .extend(added.into_iter().map(|c| (table.name, c)));
+                    .extend(missing.into_iter().map(|c| (table.name, c)));
             }
         }
     }
@@ -136,24 +138,25 @@ const RETIRED: &[(&str, &str)] = &[(
     "request keys live on the edge row since writes take one Paxos round",
 )];
 
-/// Adds the regular columns of the spec that an existing table lacks; returns their names.
-/// Anything else that differs is left for [`check_table`] to report.
+/// The regular columns of the spec that an existing table lacks: the ones migrate adds.
+fn missing_regular(table: &TableSpec, existing: &BTreeMap<String, Column>) -> Vec<&'static str> {
+    let expected = expected_columns(table);
+    table
+        .columns
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|n| !existing.contains_key(*n) && expected[*n].kind == "regular")
+        .collect()
+}
+
+/// `ALTER TABLE ... ADD` for each of `columns` (names from the spec).
 async fn add_columns(
     session: &Session,
     keyspace: &str,
     table: &TableSpec,
-    existing: &BTreeMap<String, Column>,
-) -> Result<Vec<&'static str>> {
-    let mut added = Vec::new();
-    for (name, want) in expected_columns(table) {
-        if want.kind != "regular" || existing.contains_key(&name) {
-            continue;
-        }
-        let (name, cql_type) = table
-            .columns
-            .iter()
-            .find(|(n, _)| *n == name)
-            .expect("expected columns come from the spec");
+    columns: &[&'static str],
+) -> Result<()> {
+    for (name, cql_type) in table.columns.iter().filter(|(n, _)| columns.contains(n)) {
         session
             .query_unpaged(
                 format!(
@@ -164,9 +167,8 @@ async fn add_columns(
             )
             .await?;
         info!(keyspace, table = table.name, column = name, "column added");
-        added.push(*name);
     }
-    Ok(added)
+    Ok(())
 }
 
 async fn keyspace_replication(
@@ -247,15 +249,19 @@ fn expected_columns(table: &TableSpec) -> BTreeMap<String, Column> {
         .collect()
 }
 
+/// Every difference between an existing table and the spec, except the regular columns in
+/// `to_add` (which migrate adds); an error naming them all.
 fn check_table(
     keyspace: &str,
     table: &TableSpec,
     existing: &BTreeMap<String, Column>,
+    to_add: &[&str],
 ) -> Result<()> {
     let expected = expected_columns(table);
     let mut diffs = Vec::new();
     for (name, want) in &expected {
         match existing.get(name) {
+            None if to_add.contains(&name.as_str()) => {}
             None => diffs.push(format!("column {name} is missing")),
             Some(have) if have != want => diffs.push(format!(
                 "column {name} is {} {} (position {}), expected {} {} (position {})",
@@ -287,10 +293,12 @@ mod tests {
     fn a_matching_table_passes_and_a_drifted_one_is_named() {
         let edges = &TABLES[0];
         let mut have = expected_columns(edges);
-        assert!(check_table("ks", edges, &have).is_ok());
+        assert!(check_table("ks", edges, &have, &[]).is_ok());
         have.get_mut("state").unwrap().cql_type = "int".into();
         have.remove("epoch");
-        let err = check_table("ks", edges, &have).unwrap_err().to_string();
+        let err = check_table("ks", edges, &have, &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("column state is regular int"), "{err}");
         assert!(err.contains("column epoch is missing"), "{err}");
     }

@@ -30,9 +30,9 @@ pub const TABLES: &[TableSpec] = &[
             ("updated_at", "timestamp"),
             ("prev_at", "timestamp"),
             ("epoch", "bigint"),
-            // The last 16 requests on this edge younger than a day: key -> answer
-            // (api/request_keys.rs), written by the same compare-and-set as the flip.
-            ("recent_keys", "map<text, text>"),
+            // A ring of 16 slots, each one request on this edge (key, operation, answer;
+            // api/request_keys.rs), written by the same compare-and-set as the flip.
+            ("recent_keys", "map<int, text>"),
         ],
         partition_key: &["item_id", "bucket"],
         clustering: &["user_id"],
@@ -205,7 +205,7 @@ mod tests {
             edges.create_statement("ks"),
             "CREATE TABLE IF NOT EXISTS ks.edges (item_id text, bucket int, user_id text, \
              state tinyint, op_id bigint, updated_at timestamp, prev_at timestamp, epoch bigint, \
-             recent_keys map<text, text>, PRIMARY KEY ((item_id, bucket), user_id))"
+             recent_keys map<int, text>, PRIMARY KEY ((item_id, bucket), user_id))"
         );
     }
 

@@ -58,12 +58,12 @@ impl Edge {
     }
 }
 
-/// An edge with the request keys it remembers (stored key → stored answer): what a write
-/// needs to aim its compare-and-set.
+/// An edge with the request keys it remembers (slot → key and answer, see
+/// `api::request_keys`): what a write needs to aim its compare-and-set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EdgeRow {
     pub edge: Edge,
-    pub keys: BTreeMap<String, String>,
+    pub keys: BTreeMap<i32, String>,
 }
 
 /// A conditional write of the edge row: the request's key and answer go in with it.
@@ -71,13 +71,11 @@ pub struct Cas<'a> {
     pub item: &'a str,
     pub bucket: i32,
     pub user: &'a str,
-    /// The stored request key and its stored answer.
-    pub key: &'a str,
-    pub answer: &'a str,
-    /// Keys to drop in the same write (expired, or past the bound).
-    pub drop: Vec<String>,
-    /// What this write expects the stored answer under `key` to be (None: no such key).
-    pub key_was: Option<&'a str>,
+    /// The slot of `recent_keys` the request writes, and what it writes there.
+    pub slot: i32,
+    pub value: &'a str,
+    /// What this write expects the slot to hold (None: empty).
+    pub slot_was: Option<&'a str>,
 }
 
 pub struct Edges {
@@ -89,7 +87,7 @@ pub struct Edges {
     peek: PreparedStatement,
     /// `INSERT ... IF NOT EXISTS`: the first write of an edge, with its first request key.
     insert: PreparedStatement,
-    /// `UPDATE ... IF op_id = ? AND recent_keys[?] = ?`: a flip and its request key.
+    /// `UPDATE ... IF op_id = ? AND recent_keys[slot] = ?`: a flip and its request key.
     flip: PreparedStatement,
     /// The same condition, for a request that changes nothing: only its key is written.
     keep: PreparedStatement,
@@ -116,24 +114,21 @@ impl Edges {
             ),
         )
         .await?;
-        // Adding one map entry and removing others in one statement: Cassandra accepts the two
-        // operations on `recent_keys` together (the real-stack tests run them), and ScyllaDB
-        // documents conditions on collection elements.
+        // The condition on the slot serializes every request that would write it; ScyllaDB
+        // documents conditions on collection elements as Cassandra has them.
         let where_if = "WHERE item_id = ? AND bucket = ? AND user_id = ? \
                         IF op_id = ? AND recent_keys[?] = ?";
         let mut flip = prepare(
             &session,
             format!(
                 "UPDATE {ks}.edges SET state = ?, op_id = ?, updated_at = ?, prev_at = ?, \
-                 recent_keys[?] = ?, recent_keys = recent_keys - ? {where_if}"
+                 recent_keys[?] = ? {where_if}"
             ),
         )
         .await?;
         let mut keep = prepare(
             &session,
-            format!(
-                "UPDATE {ks}.edges SET recent_keys[?] = ?, recent_keys = recent_keys - ? {where_if}"
-            ),
+            format!("UPDATE {ks}.edges SET recent_keys[?] = ? {where_if}"),
         )
         .await?;
         for st in [&mut insert, &mut flip, &mut keep] {
@@ -228,7 +223,7 @@ impl Edges {
             Option<i64>,
             Option<CqlTimestamp>,
             Option<CqlTimestamp>,
-            Option<BTreeMap<String, String>>,
+            Option<BTreeMap<i32, String>>,
         );
         let row = rows.maybe_first_row::<Stored>()?;
         Ok(row.map(|(state, op_id, at, prev, keys)| EdgeRow {
@@ -251,7 +246,7 @@ impl Edges {
             EdgeState::Unliked
         } as i8;
         let at = (edge.op_id > 0).then_some(CqlTimestamp(edge.updated_at_ms));
-        let keys = BTreeMap::from([(cas.key, cas.answer)]);
+        let keys = BTreeMap::from([(cas.slot, cas.value)]);
         let r = self
             .session
             .execute_unpaged(
@@ -279,15 +274,14 @@ impl Edges {
                     to.op_id,
                     CqlTimestamp(to.updated_at_ms),
                     CqlTimestamp(to.prev_at_ms),
-                    cas.key,
-                    cas.answer,
-                    &cas.drop,
+                    cas.slot,
+                    cas.value,
                     cas.item,
                     cas.bucket,
                     cas.user,
                     seen.op_id,
-                    cas.key,
-                    cas.key_was,
+                    cas.slot,
+                    cas.slot_was,
                 ),
             )
             .await?;
@@ -302,15 +296,14 @@ impl Edges {
             .execute_unpaged(
                 &self.keep,
                 (
-                    cas.key,
-                    cas.answer,
-                    &cas.drop,
+                    cas.slot,
+                    cas.value,
                     cas.item,
                     cas.bucket,
                     cas.user,
                     seen.op_id,
-                    cas.key,
-                    cas.key_was,
+                    cas.slot,
+                    cas.slot_was,
                 ),
             )
             .await?;

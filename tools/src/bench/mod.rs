@@ -10,6 +10,7 @@ pub mod api;
 pub mod gen;
 pub mod peer;
 mod plots;
+pub mod recovery;
 pub mod report;
 pub mod scrape;
 pub mod stats;

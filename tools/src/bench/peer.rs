@@ -59,6 +59,7 @@ pub fn classpath() -> Result<String> {
 fn java(cp: &str, main: &str) -> Command {
     let mut c = Command::new("java");
     c.args([
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
         "-XX:+UseParallelGC",
         "-Xms512m",
         "-Xmx512m",
@@ -84,7 +85,7 @@ pub fn raw_consume(
             &partitions.to_string(),
             &n.to_string(),
         ])
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .output()
         .context("starting java RawConsumer")?;
     let text = String::from_utf8_lossy(&out.stdout);

@@ -103,6 +103,7 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
                 live_seconds: 20,
                 seed: 42 + i as u64,
                 window: None,
+                no_peer: false,
                 out: raw.clone(),
             },
         )
@@ -115,6 +116,22 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
         );
         topo.push(r);
     }
+    eprintln!("bench report: one more topology run with 250 ms windows (staleness only, no peer)");
+    let short = bench::topology(
+        settings,
+        &topology.clone().with_window(Duration::from_millis(250))?,
+        &BenchArgs {
+            events: args.events.min(300_000),
+            items: 10_000,
+            viral_share: 0.1,
+            live_seconds: 20,
+            seed: 41,
+            window: Some(Duration::from_millis(250)),
+            no_peer: true,
+            out: raw.clone(),
+        },
+    )
+    .await?;
     eprintln!(
         "bench report: 2/3 API benchmark, {} rounds: capacity against a bare LWT loop",
         args.repeats
@@ -137,7 +154,7 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
     let sweep = sweep(settings, topology, args).await?;
 
     let machine = machine(settings).await;
-    let md = render(&machine, args, &topo, &api, &sweep);
+    let md = render(&machine, args, &topo, &short, &api, &sweep);
     super::plots::plots(&args.out, &sweep)?;
     let path = args.out.join("report.md");
     std::fs::write(&path, md)?;
@@ -320,6 +337,7 @@ fn render(
     mc: &Machine,
     args: &ReportArgs,
     topo: &[BenchReport],
+    short: &BenchReport,
     api: &ApiBenchReport,
     sweep: &[Vec<LevelRun>],
 ) -> String {
@@ -437,6 +455,22 @@ fn render(
         };
         let _ = writeln!(s, "| {name} | {} | {verdict} |", fig(v, 2));
     }
+    for (k, stage) in ["dedupe", "count"].iter().enumerate() {
+        let get = |f: fn(&super::recovery::Recovery) -> f64| {
+            mmm(topo.iter().filter_map(|r| r.recovery.get(k)).map(f))
+        };
+        let _ = writeln!(
+            s,
+            "| kill -9 of {stage} under the live load: processing again / staleness back under the live p99, s | {} / {} | reported |",
+            fig(get(|r| r.processing_again_s), 1),
+            fig(get(|r| r.staleness_back_s), 1)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "| live staleness p50 / p99 with **250 ms** windows (one run, {} records) | {:.2} / {:.2} s | reported |",
+        short.events, short.live_staleness_p50_s, short.live_staleness_p99_s
+    );
     let _ = writeln!(
         s,
         "\nThe input has {:.0} duplicates and {:.0} records that are not LikeEvents per run \

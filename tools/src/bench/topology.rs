@@ -34,6 +34,7 @@ use tracing::info;
 
 use super::gen::Generator;
 use super::peer::{self, PeerRun};
+use super::recovery::{self, Recovery};
 use super::scrape::{buckets, diff, peak_rss_mb, quantile, scrape};
 use crate::procs::{self, stop, Proc};
 use anyhow::{anyhow, Result};
@@ -45,8 +46,8 @@ use likes::store::counts::Counts;
 use likes::topology::Topology;
 
 /// The stages' metrics ports during a run.
-const DEDUPE_PORT: u16 = 19_464;
-const COUNT_PORT: u16 = 19_465;
+pub(super) const DEDUPE_PORT: u16 = 19_464;
+pub(super) const COUNT_PORT: u16 = 19_465;
 
 /// The start of the live phase that is not measured.
 const LIVE_WARMUP: Duration = Duration::from_secs(5);
@@ -72,6 +73,9 @@ pub struct BenchArgs {
     /// only fall below one window.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub window: Option<Duration>,
+    /// Skip the Kafka Streams peer (and the Java plain consumer): likes's figures only.
+    #[arg(long)]
+    pub no_peer: bool,
     /// Where the JSON report goes.
     #[arg(long, default_value = "bench/out")]
     pub out: PathBuf,
@@ -124,6 +128,8 @@ pub struct BenchReport {
     /// Events reaching stage 1's processing: wall clock minus event time.
     pub live_stage1_arrival_p50_s: f64,
     pub live_stage1_arrival_p99_s: f64,
+    /// After kill -9 of each stage under the live load (the stage started again at once).
+    pub recovery: Vec<Recovery>,
     pub dedupe_peak_rss_mb: f64,
     /// Stage 1's RocksDB memory at the end: memtables, block cache, table readers (MB).
     pub dedupe_state_memory_mb: [f64; 3],
@@ -186,8 +192,10 @@ fn raw_consume(settings: &Settings, topic: &str, partitions: i32, expected: u64)
         }
         if let Some(m) = c.poll(Duration::from_millis(500)) {
             let m = m?;
-            let e = LikeEvent::decode(m.payload().unwrap_or_default())?;
-            bytes += e.item_id.len();
+            // Records that are not LikeEvents are read and decoded like any other.
+            if let Ok(e) = LikeEvent::decode(m.payload().unwrap_or_default()) {
+                bytes += e.item_id.len();
+            }
             n += 1;
         }
     }
@@ -265,6 +273,19 @@ async fn wait_drained(records: f64) -> Result<Instant> {
     }
 }
 
+/// Polls the counter rows (once a second: nothing is being timed) until every one equals
+/// the truth; an error after 300 s.
+async fn wait_for_counts(counts: &Counts, truth: &HashMap<String, i64>) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let r = check_counts(counts, truth).await;
+        if r.is_ok() || Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Every counter row against the ground truth, item by item.
 async fn check_counts(counts: &Counts, truth: &HashMap<String, i64>) -> Result<()> {
     let have = counts.all().await?;
@@ -311,7 +332,11 @@ pub async fn topology(
     let events_topic = settings.topic(&topology.topics.events.name);
     info!(dir = %dir.display(), keyspace = %settings.cql.keyspace, "bench set up");
 
-    let cp = peer::classpath()?;
+    let cp = if args.no_peer {
+        None
+    } else {
+        Some(peer::classpath()?)
+    };
     let mut g = Generator::new(
         StdRng::seed_from_u64(args.seed),
         args.items,
@@ -342,8 +367,10 @@ pub async fn topology(
     report.raw_librdkafka_events_per_s = tokio::task::block_in_place(|| {
         raw_consume(&settings, &events_topic, partitions, args.events)
     })?;
-    report.raw_java_events_per_s =
-        peer::raw_consume(&cp, &settings, &events_topic, partitions, args.events)?;
+    report.raw_java_events_per_s = match &cp {
+        Some(cp) => peer::raw_consume(cp, &settings, &events_topic, partitions, args.events)?,
+        None => f64::NAN,
+    };
     report.raw_consume_events_per_s = report
         .raw_librdkafka_events_per_s
         .max(report.raw_java_events_per_s);
@@ -356,17 +383,19 @@ pub async fn topology(
 
     // 3. The Kafka Streams peer on the same backlog.
     let backlog_truth = g.truth.clone();
-    report.peer = peer::run_streams(
-        &cp,
-        &settings,
-        &dir,
-        &events_topic,
-        args.events,
-        topology.topics.deltas.partitions,
-        report.window_ms,
-        &backlog_truth,
-    )
-    .await?;
+    if let Some(cp) = &cp {
+        report.peer = peer::run_streams(
+            cp,
+            &settings,
+            &dir,
+            &events_topic,
+            args.events,
+            topology.topics.deltas.partitions,
+            report.window_ms,
+            &backlog_truth,
+        )
+        .await?;
+    }
     eprintln!(
         "bench: Kafka Streams peer drained {} records in {:.1} s: {:.0}/s (its streams started after {:.1} s)",
         args.events, report.peer.seconds, report.peer.events_per_s, report.peer.started_after_s
@@ -403,10 +432,25 @@ pub async fn topology(
     wait_drained((args.events + live_events) as f64).await?;
     live_figures(&mut report, &before, &before_dedupe);
     memory_figures(&mut report, dedupe.child.id(), count.child.id());
+
+    // 6. Recovery: kill -9 of each stage while the live load goes on.
+    let n = (rate * (recovery::GIVE_UP.as_secs_f64() + 10.0)) as u64;
+    for (stage, proc) in [("dedupe", &mut dedupe), ("count", &mut count)] {
+        let p99 = report.live_staleness_p99_s;
+        let (produced, r) = tokio::join!(
+            produce_live(&p, &mut g, &events_topic, rate, n, 0),
+            recovery::measure(stage, proc, &settings, &dir, p99)
+        );
+        produced?;
+        report.recovery.push(r?);
+    }
+    p.flush(Duration::from_secs(60))?;
+    // The restarted stages' counters start from zero: the end is judged on the counts.
+    wait_for_counts(&counts, &g.truth).await?;
     stop(&mut dedupe);
     stop(&mut count);
 
-    // Exactness, item by item.
+    // Exactness, item by item, after the kills.
     check_counts(&counts, &g.truth).await?;
 
     // Leave nothing behind but the report.
@@ -587,6 +631,13 @@ impl std::fmt::Display for BenchReport {
             "| of which before stage 1 processes the event p50 / p99 | {:.3} s / {:.3} s |",
             self.live_stage1_arrival_p50_s, self.live_stage1_arrival_p99_s
         )?;
+        for r in &self.recovery {
+            writeln!(
+                f,
+                "| kill -9 of {}: processing again / staleness back under p99 | {:.1} s / {:.1} s |",
+                r.stage, r.processing_again_s, r.staleness_back_s
+            )?;
+        }
         writeln!(
             f,
             "| peak RSS dedupe / count | {:.0} MB / {:.0} MB |",

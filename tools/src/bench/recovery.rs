@@ -1,0 +1,88 @@
+//! Recovery of each stage after kill -9, under the live load: the stage is killed and started
+//! again at once (as a pod's restart policy does), and the bench measures how long until it
+//! processes again (its first committed transaction, or its first applied window) and until
+//! the staleness of what the sink applies is back under the live phase's p99 (each second's
+//! p99, from the count stage's histogram).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::scrape::{buckets, diff, quantile, scrape};
+use super::topology::{spawn_stage, COUNT_PORT, DEDUPE_PORT};
+use crate::procs::Proc;
+use likes::config::Settings;
+use likes::runtime::metrics as m;
+
+/// Steady load before the kill.
+const BEFORE_KILL: Duration = Duration::from_secs(5);
+/// How long recovery may take before the bench gives up on it (reported as NaN).
+pub(super) const GIVE_UP: Duration = Duration::from_secs(45);
+
+/// One stage's recovery, seconds from the kill.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recovery {
+    pub stage: &'static str,
+    pub processing_again_s: f64,
+    pub staleness_back_s: f64,
+}
+
+/// Kills `stage` (running as `proc`) with SIGKILL, starts it again, and measures.
+pub(super) async fn measure(
+    stage: &'static str,
+    proc: &mut Proc,
+    settings: &Settings,
+    dir: &Path,
+    live_p99_s: f64,
+) -> Result<Recovery> {
+    tokio::time::sleep(BEFORE_KILL).await;
+    let _ = proc.child.kill();
+    let _ = proc.child.wait();
+    let killed = Instant::now();
+    let (port, progress) = match stage {
+        "dedupe" => (DEDUPE_PORT, m::EVENTS_IN),
+        _ => (COUNT_PORT, m::DELTAS_APPLIED),
+    };
+    *proc = spawn_stage(stage, settings, port, dir)?;
+    let mut r = Recovery {
+        stage,
+        processing_again_s: f64::NAN,
+        staleness_back_s: f64::NAN,
+    };
+    let staleness = || buckets(&scrape(COUNT_PORT), m::STALENESS_SECONDS);
+    let mut prev = staleness();
+    let mut next_slice = Instant::now() + Duration::from_secs(1);
+    while killed.elapsed() < GIVE_UP && r.staleness_back_s.is_nan() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if r.processing_again_s.is_nan() && scrape(port).get(progress).copied().unwrap_or(0.0) > 0.0
+        {
+            r.processing_again_s = killed.elapsed().as_secs_f64();
+        }
+        if Instant::now() < next_slice {
+            continue;
+        }
+        next_slice += Duration::from_secs(1);
+        let cur = staleness();
+        let total = |b: &[(f64, f64)]| b.last().map(|x| x.1).unwrap_or(0.0);
+        // A restarted count stage's histogram starts again from zero.
+        let slice = if total(&cur) >= total(&prev) {
+            diff(&cur, &prev)
+        } else {
+            cur.clone()
+        };
+        prev = cur;
+        if !r.processing_again_s.is_nan()
+            && total(&slice) > 0.0
+            && quantile(&slice, 0.99) <= live_p99_s
+        {
+            r.staleness_back_s = killed.elapsed().as_secs_f64();
+        }
+    }
+    eprintln!(
+        "bench: kill -9 of {stage}: processing again after {:.1} s, staleness back under {live_p99_s:.2} s after {:.1} s",
+        r.processing_again_s, r.staleness_back_s
+    );
+    Ok(r)
+}
