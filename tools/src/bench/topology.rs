@@ -384,6 +384,7 @@ pub async fn topology(
     // 3. The Kafka Streams peer on the same backlog.
     let backlog_truth = g.truth.clone();
     if let Some(cp) = &cp {
+        eprintln!("bench: the Kafka Streams peer on the same backlog");
         report.peer = peer::run_streams(
             cp,
             &settings,
@@ -395,11 +396,11 @@ pub async fn topology(
             &backlog_truth,
         )
         .await?;
+        eprintln!(
+            "bench: Kafka Streams peer drained {} records in {:.1} s: {:.0}/s (its streams started after {:.1} s)",
+            args.events, report.peer.seconds, report.peer.events_per_s, report.peer.started_after_s
+        );
     }
-    eprintln!(
-        "bench: Kafka Streams peer drained {} records in {:.1} s: {:.0}/s (its streams started after {:.1} s)",
-        args.events, report.peer.seconds, report.peer.events_per_s, report.peer.started_after_s
-    );
 
     // 4. likes on the backlog.
     let started = Instant::now();
@@ -412,7 +413,11 @@ pub async fn topology(
     report.dedupe_phase_seconds = turn_phases(&scrape(DEDUPE_PORT));
     report.topology_events_per_s = args.events as f64 / report.drain_seconds;
     report.ratio_to_raw = report.topology_events_per_s / report.raw_consume_events_per_s;
-    report.ratio_to_peer = report.topology_events_per_s / report.peer.events_per_s;
+    report.ratio_to_peer = if args.no_peer {
+        f64::NAN
+    } else {
+        report.topology_events_per_s / report.peer.events_per_s
+    };
     check_counts(&counts, &backlog_truth).await?;
     eprintln!(
         "bench: topology drained {} records in {:.1} s: {:.0}/s ({:.2} x the peer); every count equals the truth",
