@@ -166,7 +166,14 @@ pub async fn write_as(
                 .await?;
             Ok::<_, ApiError>(())
         };
-        let peek = async { Ok::<_, ApiError>(s.edges.peek_row(item, req.bucket, user).await?) };
+        // A like guesses "no row yet" (most likes are first likes): its `IF NOT EXISTS`
+        // answers with the row when the guess is wrong, so it needs no read first.
+        let peek = async {
+            if liked {
+                return Ok(None);
+            }
+            Ok::<_, ApiError>(s.edges.peek_row(item, req.bucket, user).await?)
+        };
         let ((), (), seen) = tokio::try_join!(by_user, outbox, peek)?;
         cas(app, &req, seen).await
     };
@@ -302,7 +309,17 @@ async fn cas(
                         )
                         .await?;
                 }
-                edges.insert(&cas, &to).await?
+                match edges.insert(&cas, &to).await? {
+                    None => true,
+                    Some(row) => {
+                        // The row as Paxos saw it: its keys and state decide the next try.
+                        seen = match row {
+                            Some(row) => Some(row),
+                            None => edges.read_row(req.item, req.bucket, req.user).await?,
+                        };
+                        continue;
+                    }
+                }
             }
             Some(e) if already => edges.keep(&cas, &e).await?,
             Some(e) => edges.flip(&cas, &e, &to).await?,

@@ -66,6 +66,26 @@ pub struct EdgeRow {
     pub keys: BTreeMap<i32, String>,
 }
 
+impl EdgeRow {
+    /// The row in a failed `INSERT ... IF NOT EXISTS`'s answer (None without a state column).
+    pub fn of_columns(cols: &Columns) -> Option<EdgeRow> {
+        let edge = Edge::of_columns(cols)?;
+        let mut keys = BTreeMap::new();
+        if let Some(Some(CqlValue::Map(entries))) = cols
+            .iter()
+            .find(|(k, _)| k == "recent_keys")
+            .map(|(_, v)| v)
+        {
+            for (k, v) in entries {
+                if let (CqlValue::Int(slot), CqlValue::Text(value)) = (k, v) {
+                    keys.insert(*slot, value.clone());
+                }
+            }
+        }
+        Some(EdgeRow { edge, keys })
+    }
+}
+
 /// A conditional write of the edge row: the request's key and answer go in with it.
 pub struct Cas<'a> {
     pub item: &'a str,
@@ -238,8 +258,10 @@ impl Edges {
     }
 
     /// The first write of an edge: `edge` (op_id 1 for a like, 0 for an unlike that changes
-    /// nothing) and the request's key. Returns whether it applied.
-    pub async fn insert(&self, cas: &Cas<'_>, edge: &Edge) -> Result<bool> {
+    /// nothing) and the request's key. None when it applied; otherwise the row as Paxos saw
+    /// it (a failed `IF NOT EXISTS` answers with the whole row), or Some(None) if that row
+    /// could not be read from the answer.
+    pub async fn insert(&self, cas: &Cas<'_>, edge: &Edge) -> Result<Option<Option<EdgeRow>>> {
         let state = if edge.liked {
             EdgeState::Liked
         } else {
@@ -254,7 +276,7 @@ impl Edges {
                 (cas.item, cas.bucket, cas.user, state, edge.op_id, at, keys),
             )
             .await?;
-        Ok(not_applied(r)?.is_none())
+        Ok(not_applied(r)?.map(|cols| EdgeRow::of_columns(&cols)))
     }
 
     /// A flip from `seen` to `to`, with the request's key, if the row is still at `seen`'s
