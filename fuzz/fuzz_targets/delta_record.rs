@@ -19,14 +19,22 @@ fuzz_target!(|data: &[u8]| {
                 item,
                 delta,
                 event_time_ms,
-            }) => windows.observe(0, offset, at, Some((&item, delta, event_time_ms))),
-            Ok(likes::count::Input::Correction { item, delta, .. }) => {
-                windows.observe(0, offset, at, Some((&item, delta, at)))
-            }
+                weight,
+            }) => windows.observe(0, offset, at, Some((&item, delta, event_time_ms, weight))),
+            Ok(likes::count::Input::Correction { item, delta, .. }) => windows.observe(
+                0,
+                offset,
+                at,
+                Some((&item, delta, at, likes::count::window::Weight::one(at))),
+            ),
             Ok(likes::count::Input::Tick) => windows.observe(0, offset, at, None),
             Err(_) => {}
         }
     }
-    let _ = windows.take_closed();
+    for w in windows.take_closed() {
+        for d in w.items.values() {
+            let _ = d.mean_event_time_ms();
+        }
+    }
     let _ = windows.resume_points();
 });

@@ -207,8 +207,10 @@ impl Sink {
             let now = crate::runtime::clock::now_ms();
             for key in o.applied {
                 if let Some(&(events, mean)) = weights.get(&key) {
-                    metrics::histogram!(m::STALENESS_SECONDS)
-                        .record_many((now - mean).max(0) as f64 / 1000.0, events as usize);
+                    metrics::histogram!(m::STALENESS_SECONDS).record_many(
+                        now.saturating_sub(mean).max(0) as f64 / 1000.0,
+                        events as usize,
+                    );
                 }
             }
         }
