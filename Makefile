@@ -47,7 +47,7 @@ topics: build ## Create the Kafka topics of topology/
 topology: up build ## Run dedupe + count in one process against the local stack (Ctrl-C stops)
 	$(LIKES) migrate && $(LIKES) topics && LIKES__METRICS__LISTEN=127.0.0.1:9464 $(LIKES) topology
 
-bench: up ## Every benchmark, its ratios against the peers, a sweep of offered load -> bench/report.md (~45 min)
+bench: up ## Every benchmark, its ratios against the peers, a sweep of offered load -> bench/report.md (~30 min)
 	@stack/prereqs.sh stack build bench
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench report
