@@ -26,6 +26,19 @@ pub struct Settings {
     pub api: ApiSettings,
     pub topology: TopologySettings,
     pub log: LogSettings,
+    pub ops: OpsSettings,
+}
+
+/// The operations jobs: erase, drift, reconcile, rebuild.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpsSettings {
+    pub erase_rate: f64,
+    #[serde(with = "humantime_serde")]
+    pub erase_purge_after: Duration,
+    #[serde(with = "humantime_serde")]
+    pub wait_timeout: Duration,
+    pub recount_concurrency: usize,
 }
 
 /// The HTTP API (`likes api`).
@@ -187,6 +200,12 @@ impl Settings {
         let bad = |m: String| Err(Error::Config(m));
         if self.kafka.brokers.trim().is_empty() {
             return bad("kafka.brokers is empty".into());
+        }
+        if self.ops.erase_rate.is_nan()
+            || self.ops.erase_rate <= 0.0
+            || self.ops.recount_concurrency == 0
+        {
+            return bad("ops.erase_rate and ops.recount_concurrency must be above 0".into());
         }
         if !self
             .kafka

@@ -31,6 +31,7 @@ pub mod dedupe;
 pub mod error;
 pub mod hash;
 pub mod kafka;
+pub mod ops;
 pub mod records;
 pub mod relay;
 pub mod runtime;

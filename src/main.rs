@@ -63,6 +63,71 @@ enum Command {
         #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
         ttl: std::time::Duration,
     },
+    /// Erase accounts: unlike each of the user's likes through the write path (rate-limited,
+    /// checkpointed), then, ops.erase_purge_after later, delete the user's rows.
+    ///
+    /// Without --user it works every erasure requested by POST /v1/admin/erasures. Safe to
+    /// run twice and to kill: it resumes at its checkpoint, and its request keys replay.
+    ///
+    /// Examples:
+    ///   likes erase                       # the queue (a CronJob)
+    ///   likes erase --user u-123          # one user, by hand (requests the erasure too)
+    ///   LIKES__OPS__ERASE_RATE=50 likes erase
+    #[command(verbatim_doc_comment)]
+    Erase {
+        /// Erase this user (requesting the erasure if none is open) instead of the queue.
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// Compare counter rows with LIKED edges at a cut, while traffic goes on; print a table.
+    ///
+    /// Exit status 0 whatever the drift; the gauges likes_drift_items and likes_drift_abs say
+    /// it. Items with an edge flipped twice since the cut are reported "in flight".
+    ///
+    /// Examples:
+    ///   likes drift --sample 100          # the 50 hottest items and 50 at random
+    ///   likes drift --item i-42 --item i-7
+    ///   likes drift --all --metrics-file /var/lib/node_exporter/likes_drift.prom
+    ///   likes drift --sample 1000 --push http://pushgateway:9091
+    #[command(verbatim_doc_comment)]
+    Drift {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Write the gauges here (Prometheus text format, for a textfile collector).
+        #[arg(long)]
+        metrics_file: Option<std::path::PathBuf>,
+        /// PUT the gauges to this Prometheus Pushgateway (http://host:port).
+        #[arg(long)]
+        push: Option<String>,
+    },
+    /// Correct drift through the pipeline: each item's difference at a cut goes to
+    /// likes.deltas as a Correction that stage 2 applies once, through the fence.
+    ///
+    /// Safe to re-run and to kill after sending: a correction is applied at most once.
+    ///
+    /// Examples:
+    ///   likes reconcile --item i-42 --dry-run
+    ///   likes reconcile --all --reason "after incident 123"
+    #[command(verbatim_doc_comment)]
+    Reconcile {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Print the corrections without sending them.
+        #[arg(long)]
+        dry_run: bool,
+        /// Recorded on each correction and logged by stage 2.
+        #[arg(long, default_value = "reconcile")]
+        reason: String,
+    },
+    /// Re-derive the counter table from the edges at a cut and set stage 2 to replay the
+    /// deltas tail on top. Stage 2 must be stopped; start it again afterwards.
+    ///
+    /// Example (counter table lost):
+    ///   kubectl scale deploy/likes-count --replicas=0
+    ///   likes migrate && likes rebuild
+    ///   kubectl scale deploy/likes-count --replicas=N
+    #[command(verbatim_doc_comment)]
+    Rebuild,
     /// Reset a stage's consumer group to replay its input; counts do not move.
     Replay {
         /// The group, as on the cluster (with the topic prefix), e.g. likes-count.
@@ -75,6 +140,31 @@ enum Command {
         #[arg(long)]
         to_time: Option<String>,
     },
+}
+
+/// Which items drift and reconcile look at.
+#[derive(clap::Args)]
+#[group(required = true, multiple = false)]
+struct ScopeArgs {
+    /// One item (repeat for more).
+    #[arg(long = "item")]
+    items: Vec<String>,
+    /// N items: the hottest half by count, the rest at random.
+    #[arg(long)]
+    sample: Option<usize>,
+    /// Every item with an edge or a counter row.
+    #[arg(long)]
+    all: bool,
+}
+
+impl ScopeArgs {
+    fn scope(self) -> likes::ops::drift::Scope {
+        match (self.items.is_empty(), self.sample) {
+            (false, _) => likes::ops::drift::Scope::Items(self.items),
+            (true, Some(n)) => likes::ops::drift::Scope::Sample(n),
+            (true, None) => likes::ops::drift::Scope::All,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -133,6 +223,51 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 };
                 let report = cmd::replay::run_checked(&settings, &topology, &group, target).await?;
                 out(&report.to_string());
+            }
+            Command::Erase { user } => {
+                if let Some(u) = &user {
+                    if !likes::api::valid_id(u) {
+                        anyhow::bail!("--user must be 1-128 characters of A-Z a-z 0-9 _ - :");
+                    }
+                }
+                let app = likes::api::App::connect_job(&settings, &topology).await?;
+                out(&likes::ops::erase::run(&app, user.as_deref())
+                    .await?
+                    .to_string());
+            }
+            Command::Drift {
+                scope,
+                metrics_file,
+                push,
+            } => {
+                let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
+                let report = likes::ops::drift::run(&p, &scope.scope()).await?;
+                out(&report.to_string());
+                if let Some(path) = metrics_file {
+                    likes::ops::drift::write_metrics_file(&path, &report.gauges())?;
+                }
+                if let Some(gateway) = push {
+                    likes::ops::drift::push(&gateway, &report.gauges()).await?;
+                }
+            }
+            Command::Reconcile {
+                scope,
+                dry_run,
+                reason,
+            } => {
+                let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
+                let items = likes::ops::drift::items_of(&p, &scope.scope()).await?;
+                let report = likes::ops::reconcile::run(&p, items, dry_run, &reason).await?;
+                out(&report.to_string());
+                if report.corrections.iter().any(|c| c.applied == Some(false))
+                    || !report.in_flight.is_empty()
+                {
+                    anyhow::bail!("some items are not reconciled (see above); run again");
+                }
+            }
+            Command::Rebuild => {
+                let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
+                out(&likes::ops::rebuild::run(&p).await?.to_string());
             }
             Command::Config => {
                 out(&format!(

@@ -39,6 +39,7 @@ mod tests {
                 correction_id: "c-1".into(),
                 reason: "drift".into(),
                 snapshot_time_ms: 5,
+                after_snapshot_time_ms: 3,
             })),
         };
         assert_eq!(

@@ -89,6 +89,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
                 correction_id: format!("test-{item}"),
                 reason: "fixture".into(),
                 snapshot_time_ms: likes::runtime::clock::now_ms(),
+                after_snapshot_time_ms: 0,
             })),
         }
         .encode_to_vec();

@@ -21,12 +21,9 @@ fuzz_target!(|data: &[u8]| {
                 event_time_ms,
                 weight,
             }) => windows.observe(0, offset, at, Some((&item, delta, event_time_ms, weight))),
-            Ok(likes::count::Input::Correction { item, delta, .. }) => windows.observe(
-                0,
-                offset,
-                at,
-                Some((&item, delta, at, likes::count::window::Weight::one(at))),
-            ),
+            Ok(likes::count::Input::Correction {
+                item, correction, ..
+            }) => windows.observe_correction(0, offset, at, &item, correction),
             Ok(likes::count::Input::Tick) => windows.observe(0, offset, at, None),
             Err(_) => {}
         }

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 
 use super::error::ApiError;
@@ -14,6 +14,7 @@ use super::write::{write_as, WriteAnswer};
 use super::{check_id, App};
 use crate::runtime::clock::now_ms;
 use crate::schema::v1::Source;
+use crate::store::erasures::Erasure;
 
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -28,17 +29,7 @@ pub async fn retract(
     headers: HeaderMap,
     body: Result<Json<Retraction>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<WriteAnswer>, ApiError> {
-    let admin = &app.settings.api.admin_token;
-    let given = headers
-        .get("x-admin-token")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    // An unset admin token disables the endpoint; a comparison in constant time otherwise.
-    if admin.len() < 32 || !constant_time_eq(given.as_bytes(), admin.as_bytes()) {
-        return Err(ApiError::Unauthenticated(
-            "admin endpoints need X-Admin-Token (api.admin_token)".into(),
-        ));
-    }
+    admin(&app, &headers)?;
     let Json(r) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     check_id("itemId", &r.item_id)?;
     check_id("userId", &r.user_id)?;
@@ -56,6 +47,59 @@ pub async fn retract(
         .await?;
     tracing::info!(item = %r.item_id, user = %r.user_id, reason = %r.reason, changed = answer.changed, "retraction");
     Ok(Json(answer))
+}
+
+/// The operators' credential: X-Admin-Token equal to api.admin_token.
+fn admin(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
+    let admin = &app.settings.api.admin_token;
+    let given = headers
+        .get("x-admin-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    // An unset admin token disables the endpoint; a comparison in constant time otherwise.
+    if admin.len() < 32 || !constant_time_eq(given.as_bytes(), admin.as_bytes()) {
+        return Err(ApiError::Unauthenticated(
+            "admin endpoints need X-Admin-Token (api.admin_token)".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ErasureRequest {
+    pub user_id: String,
+}
+
+/// `POST /v1/admin/erasures {userId}`: records the erasure durably and answers 202 with its
+/// id; `likes erase` works it. Asking again for a user not yet purged answers the same one.
+pub async fn request_erasure(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<ErasureRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<Erasure>), ApiError> {
+    admin(&app, &headers)?;
+    let Json(r) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    check_id("userId", &r.user_id)?;
+    let e = app.store.erasures.request(&r.user_id, now_ms()).await?;
+    tracing::info!(id = %e.id, user = %r.user_id, "erasure requested");
+    Ok((StatusCode::ACCEPTED, Json(e)))
+}
+
+/// `GET /v1/admin/erasures/{id}`: where the erasure is.
+pub async fn erasure(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Erasure>, ApiError> {
+    admin(&app, &headers)?;
+    check_id("id", &id)?;
+    app.store
+        .erasures
+        .get(&id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("no erasure {id}")))
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

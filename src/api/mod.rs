@@ -74,6 +74,16 @@ impl App {
 }
 
 /// Every route.
+impl App {
+    /// The write path for a job (erase): it serves no requests, so its token signer holds a
+    /// random key no token was ever signed with, and api.session_key is not needed.
+    pub async fn connect_job(settings: &Settings, topology: &Topology) -> Result<Arc<Self>> {
+        let mut settings = settings.clone();
+        settings.api.session_key = hex::encode(rand::random::<[u8; 32]>());
+        Self::connect(&settings, topology).await
+    }
+}
+
 pub fn router(app: Arc<App>) -> Router {
     let admission = Arc::new(admission::Admission::new(
         app.settings.api.max_writes_in_flight,
@@ -83,6 +93,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/items/{item_id}/likes", post(write::like))
         .route("/v1/items/{item_id}/likes/{user_id}", delete(write::unlike))
         .route("/v1/admin/retractions", post(admin::retract))
+        .route("/v1/admin/erasures", post(admin::request_erasure))
         .route_layer(axum::middleware::from_fn_with_state(
             admission,
             admission::admit,
@@ -93,6 +104,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/items/{item_id}/count", get(read::count))
         .route("/v1/items/{item_id}/likes", get(read::likers))
         .route("/v1/likes:batchGet", post(read::batch_get))
+        .route("/v1/admin/erasures/{id}", get(admin::erasure))
         .route(
             "/healthz",
             get(|| async { Json(json!({ "status": "ok" })) }),
@@ -127,6 +139,11 @@ pub async fn serve(settings: &Settings, topology: &Topology) -> Result<()> {
     })
     .await?;
     let stop = crate::runtime::shutdown::CancellationToken::new();
+    tokio::spawn(crate::ops::erase::export_pending(
+        app.clone(),
+        Duration::from_secs(30),
+        stop.clone(),
+    ));
     let relay = relay.map(|relay| {
         tokio::spawn(relay::run(
             Arc::new(relay),

@@ -204,17 +204,12 @@ impl Count {
             // snapshot, which may be hours old by design.
             Ok(Input::Correction {
                 item,
-                delta,
-                id,
                 reason,
+                correction,
             }) => {
-                info!(%item, delta, %id, %reason, "correction");
-                self.windows.observe(
-                    p,
-                    msg.offset(),
-                    ts,
-                    Some((&item, delta, ts, Weight::one(ts))),
-                )
+                info!(%item, delta = correction.delta, id = %correction.id, %reason, cut = correction.cut_ms, after = correction.after_ms, "correction read");
+                self.windows
+                    .observe_correction(p, msg.offset(), ts, &item, correction)
             }
             Ok(Input::Tick) => self.windows.observe(p, msg.offset(), ts, None),
             Err(reason) => self.dead_letter(msg, reason)?,
@@ -277,9 +272,8 @@ pub enum Input {
     },
     Correction {
         item: String,
-        delta: i64,
-        id: String,
         reason: String,
+        correction: window::Correction,
     },
     Tick,
 }
@@ -322,9 +316,13 @@ pub fn decode_record(payload: Option<&[u8]>) -> std::result::Result<Input, Strin
             check(&c.item_id, c.delta)?;
             Ok(Input::Correction {
                 item: c.item_id,
-                delta: c.delta,
-                id: c.correction_id,
                 reason: c.reason,
+                correction: window::Correction {
+                    id: c.correction_id,
+                    delta: c.delta,
+                    cut_ms: c.snapshot_time_ms,
+                    after_ms: c.after_snapshot_time_ms,
+                },
             })
         }
         Some(Record::Tick(_)) => Ok(Input::Tick),

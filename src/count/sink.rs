@@ -25,7 +25,7 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::value::{CqlTimestamp, CqlValue, Row};
 use tracing::warn;
 
-use super::window::ClosedWindow;
+use super::window::{ClosedWindow, Correction};
 use crate::error::{Error, Result};
 use crate::runtime::metrics as m;
 use crate::topology::Topology;
@@ -53,13 +53,18 @@ impl SinkStats {
     }
 }
 
-/// A counter row as last seen: (count, last_window).
-type Row2 = (i64, i64);
+/// A counter row as last seen: (count, last_window, last_correction). last_correction is
+/// None when the row has none, or when the answer it came from did not carry it (a write that
+/// decides a correction always conditions on it, so a wrong None only fails that write).
+type Row2 = (i64, i64, Option<i64>);
 
 pub struct Sink {
     session: Arc<Session>,
     insert: PreparedStatement,
     update: PreparedStatement,
+    /// The update of a row whose write applies or refuses a correction: it also conditions
+    /// on, and sets, last_correction (the correction fence).
+    update_corrected: PreparedStatement,
     topology: Topology,
     cache: HashMap<String, Row2>,
     max_in_flight: usize,
@@ -78,6 +83,9 @@ type Pending = BTreeMap<i64, (i64, i64)>;
 struct Job {
     item: String,
     pending: Pending,
+    /// Corrections by window end, in log order: each applies only after the last one the
+    /// row has (`after_ms` = the row's last_correction), and then becomes it.
+    corrections: Vec<(i64, Correction)>,
     /// The row as last seen; `known` says whether `None` means "no row" or "not looked".
     row: Option<Row2>,
     known: bool,
@@ -91,6 +99,10 @@ struct Planned {
     top: i64,
     fresh: Vec<(i64, i64, i64)>,
     clamped: bool,
+    /// The row's last_correction after this write.
+    last_correction: Option<i64>,
+    /// The corrections this write decides: (id, delta, applied).
+    corrections: Vec<(String, i64, bool)>,
 }
 
 /// The outcome of writing one shard.
@@ -112,8 +124,9 @@ impl Sink {
     ) -> Result<Self> {
         let insert = session
             .prepare(format!(
-                "INSERT INTO {keyspace}.like_counts (shard, item_id, count, last_window, as_of) \
-                 VALUES (?, ?, ?, ?, ?) IF NOT EXISTS"
+                "INSERT INTO {keyspace}.like_counts \
+                 (shard, item_id, count, last_window, as_of, last_correction) \
+                 VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS"
             ))
             .await
             .map_err(|e| Error::CqlTransient(format!("prepare like_counts insert: {e}")))?;
@@ -124,10 +137,20 @@ impl Sink {
             ))
             .await
             .map_err(|e| Error::CqlTransient(format!("prepare like_counts update: {e}")))?;
+        let update_corrected = session
+            .prepare(format!(
+                "UPDATE {keyspace}.like_counts \
+                 SET count = ?, last_window = ?, as_of = ?, last_correction = ? \
+                 WHERE shard = ? AND item_id = ? \
+                 IF count = ? AND last_window = ? AND last_correction = ?"
+            ))
+            .await
+            .map_err(|e| Error::CqlTransient(format!("prepare like_counts update: {e}")))?;
         Ok(Self {
             session,
             insert,
             update,
+            update_corrected,
             topology: topology.clone(),
             cache: HashMap::new(),
             max_in_flight: max_in_flight.max(1),
@@ -151,9 +174,13 @@ impl Sink {
     /// Applies closed windows; returns when every one is applied (or skipped by the fence).
     pub async fn apply(&mut self, windows: Vec<ClosedWindow>) -> Result<()> {
         let mut by_item: HashMap<String, Pending> = HashMap::new();
+        let mut corrections: HashMap<String, Vec<(i64, Correction)>> = HashMap::new();
         // (item, window end) → (flips, their mean event time): staleness is recorded per flip.
         let mut weights: HashMap<(String, i64), (u64, i64)> = HashMap::new();
         for w in windows {
+            for (item, c) in w.corrections {
+                corrections.entry(item).or_default().push((w.end_ms, c));
+            }
             for (item, d) in w.items {
                 let wt = weights.entry((item.clone(), w.end_ms)).or_insert((0, 0));
                 let events = wt.0 + d.events;
@@ -177,6 +204,7 @@ impl Sink {
                 .entry(self.topology.counter_shard(&item))
                 .or_default()
                 .push(Job {
+                    corrections: corrections.remove(&item).unwrap_or_default(),
                     item,
                     pending,
                     row,
@@ -235,32 +263,36 @@ impl Sink {
                 return Ok(());
             }
             let mut batch = Batch::new(BatchType::Unlogged);
-            let mut values: Vec<Vec<CqlValue>> = Vec::with_capacity(planned.len());
+            let mut values: Vec<Vec<Option<CqlValue>>> = Vec::with_capacity(planned.len());
             for p in &planned {
                 let job = &jobs[p.job];
-                let as_of = CqlValue::Timestamp(CqlTimestamp(p.top));
+                let as_of = Some(CqlValue::Timestamp(CqlTimestamp(p.top)));
+                let big = |v: i64| Some(CqlValue::BigInt(v));
+                let corr = p.last_correction.map(CqlValue::BigInt);
+                let key = [
+                    Some(CqlValue::Int(shard)),
+                    Some(CqlValue::Text(job.item.clone())),
+                ];
                 match job.row {
                     None => {
                         batch.append_statement(self.insert.clone());
-                        values.push(vec![
-                            CqlValue::Int(shard),
-                            CqlValue::Text(job.item.clone()),
-                            CqlValue::BigInt(p.next),
-                            CqlValue::BigInt(p.top),
-                            as_of,
-                        ]);
+                        let mut v = key.to_vec();
+                        v.extend([big(p.next), big(p.top), as_of, corr]);
+                        values.push(v);
                     }
-                    Some((count, last_window)) => {
+                    Some((count, last_window, was)) if !p.corrections.is_empty() => {
+                        batch.append_statement(self.update_corrected.clone());
+                        let mut v = vec![big(p.next), big(p.top), as_of, corr];
+                        v.extend(key);
+                        v.extend([big(count), big(last_window), was.map(CqlValue::BigInt)]);
+                        values.push(v);
+                    }
+                    Some((count, last_window, _)) => {
                         batch.append_statement(self.update.clone());
-                        values.push(vec![
-                            CqlValue::BigInt(p.next),
-                            CqlValue::BigInt(p.top),
-                            as_of,
-                            CqlValue::Int(shard),
-                            CqlValue::Text(job.item.clone()),
-                            CqlValue::BigInt(count),
-                            CqlValue::BigInt(last_window),
-                        ]);
+                        let mut v = vec![big(p.next), big(p.top), as_of];
+                        v.extend(key);
+                        v.extend([big(count), big(last_window)]);
+                        values.push(v);
                     }
                 }
             }
@@ -285,9 +317,20 @@ impl Sink {
                             s.clamps += 1;
                             warn!(item = %job.item, window = p.top, "count would go negative; clamped at 0");
                         }
+                        for (id, delta, applied) in &p.corrections {
+                            let outcome = if *applied { "applied" } else { "refused" };
+                            metrics::counter!(m::CORRECTIONS, "outcome" => outcome).increment(1);
+                            if *applied {
+                                tracing::info!(item = %job.item, %id, delta, "correction applied");
+                            } else {
+                                // Sent twice, or overtaken by a newer recount of the item: the
+                                // newer one accounts for everything this one would have fixed.
+                                warn!(item = %job.item, %id, delta, "correction refused: the row's last correction is not the one it was computed after");
+                            }
+                        }
                         out.applied
                             .extend(p.fresh.iter().map(|&(w, _, _)| (job.item.clone(), w)));
-                        job.row = Some((p.next, p.top));
+                        job.row = Some((p.next, p.top, p.last_correction));
                         job.done = true;
                     }
                 }
@@ -326,7 +369,22 @@ fn plan(jobs: &mut [Job], stats: &mut SinkStats) -> Vec<Planned> {
             job.done = true;
             continue;
         }
-        let n: i64 = fresh.iter().map(|&(_, d, _)| d).sum();
+        let mut n: i64 = fresh.iter().map(|&(_, d, _)| d).sum();
+        // The correction fence: in log order, a correction applies only after the one the
+        // row has last, and then becomes it. A replayed one is in a window the fence skips.
+        let mut last_correction = job.row.and_then(|r| r.2);
+        let mut corrections = Vec::new();
+        for (w, c) in &job.corrections {
+            if *w <= last {
+                continue;
+            }
+            let applies = c.after_ms == last_correction.unwrap_or(0);
+            if applies {
+                n = n.saturating_add(c.delta);
+                last_correction = Some(c.cut_ms);
+            }
+            corrections.push((c.id.clone(), c.delta, applies));
+        }
         let top = fresh.last().map(|&(w, _, _)| w).unwrap_or(last);
         let next = job.row.map(|r| r.0).unwrap_or(0).saturating_add(n);
         planned.push(Planned {
@@ -335,6 +393,8 @@ fn plan(jobs: &mut [Job], stats: &mut SinkStats) -> Vec<Planned> {
             top,
             fresh,
             clamped: next < 0,
+            last_correction,
+            corrections,
         });
     }
     planned
@@ -392,6 +452,7 @@ fn batch_answer(
     let names = crate::cql::column_names(&rows);
     let at = |name: &str| names.iter().position(|n| n == name);
     let (item, count, last) = (at("item_id"), at("count"), at("last_window"));
+    let corrected = at("last_correction");
     let mut current = HashMap::new();
     for row in rows.rows::<Row>()? {
         let row = row?;
@@ -402,7 +463,11 @@ fn batch_answer(
         if let (Some(CqlValue::Text(i)), Some(CqlValue::BigInt(c)), Some(CqlValue::BigInt(w))) =
             (col(item), col(count), col(last))
         {
-            current.insert(i, (c, w));
+            let corr = match col(corrected) {
+                Some(CqlValue::BigInt(v)) => Some(v),
+                _ => None,
+            };
+            current.insert(i, (c, w, corr));
         }
     }
     Ok(Some(current))
@@ -416,6 +481,7 @@ mod tests {
         Job {
             item: "i".into(),
             pending: pending.iter().map(|&(w, d)| (w, (d, w - 500))).collect(),
+            corrections: Vec::new(),
             row,
             known,
             done: false,
@@ -438,7 +504,7 @@ mod tests {
         // The row has applied up to window 2000: only 3000 is new.
         let mut jobs = [job(
             &[(1_000, 2), (2_000, 3), (3_000, 4)],
-            Some((10, 2_000)),
+            Some((10, 2_000, None)),
             true,
         )];
         let p = plan(&mut jobs, &mut stats);
@@ -449,7 +515,7 @@ mod tests {
     #[test]
     fn a_known_row_past_every_window_is_done_without_a_write() {
         let mut stats = SinkStats::default();
-        let mut jobs = [job(&[(1_000, 2), (2_000, 3)], Some((5, 2_000)), true)];
+        let mut jobs = [job(&[(1_000, 2), (2_000, 3)], Some((5, 2_000, None)), true)];
         assert!(plan(&mut jobs, &mut stats).is_empty());
         assert!(jobs[0].done);
         assert_eq!(
@@ -462,7 +528,7 @@ mod tests {
     fn an_unknown_row_is_always_written_so_its_answer_tells_the_truth() {
         // Not looked up yet: even with nothing fresh past a guessed row, the CAS is sent.
         let mut stats = SinkStats::default();
-        let mut jobs = [job(&[(1_000, 2)], Some((2, 1_000)), false)];
+        let mut jobs = [job(&[(1_000, 2)], Some((2, 1_000, None)), false)];
         let p = plan(&mut jobs, &mut stats);
         assert_eq!(p.len(), 1);
         assert_eq!((p[0].next, p[0].top, p[0].fresh.len()), (2, 1_000, 0));
@@ -471,10 +537,66 @@ mod tests {
     #[test]
     fn a_count_that_would_go_negative_is_clamped_at_zero() {
         let mut stats = SinkStats::default();
-        let mut jobs = [job(&[(2_000, -3)], Some((1, 1_000)), true)];
+        let mut jobs = [job(&[(2_000, -3)], Some((1, 1_000, None)), true)];
         let p = plan(&mut jobs, &mut stats);
         assert_eq!(p[0].next, 0);
         assert!(p[0].clamped);
+    }
+
+    fn corrected(row: Option<Row2>, corrections: &[(i64, i64, i64, i64)]) -> Job {
+        let mut j = job(&[], row, true);
+        for &(w, delta, cut, after) in corrections {
+            j.pending.insert(w, (0, w - 500));
+            j.corrections.push((
+                w,
+                Correction {
+                    id: format!("c{cut}"),
+                    delta,
+                    cut_ms: cut,
+                    after_ms: after,
+                },
+            ));
+        }
+        j
+    }
+
+    #[test]
+    fn a_correction_applies_after_the_one_it_was_computed_after_and_becomes_it() {
+        let mut stats = SinkStats::default();
+        let mut jobs = [corrected(Some((10, 1_000, None)), &[(2_000, 3, 7_000, 0)])];
+        let p = plan(&mut jobs, &mut stats);
+        assert_eq!((p[0].next, p[0].last_correction), (13, Some(7_000)));
+        assert_eq!(p[0].corrections, [("c7000".to_string(), 3, true)]);
+    }
+
+    #[test]
+    fn a_correction_sent_twice_or_overtaken_is_refused() {
+        let mut stats = SinkStats::default();
+        // The same correction twice in a row: the second follows 0, the row now has 7000.
+        let mut jobs = [corrected(
+            Some((10, 1_000, None)),
+            &[(2_000, 3, 7_000, 0), (3_000, 3, 7_000, 0)],
+        )];
+        let p = plan(&mut jobs, &mut stats);
+        assert_eq!((p[0].next, p[0].top), (13, 3_000));
+        assert_eq!(p[0].corrections[1], ("c7000".to_string(), 3, false));
+        // A copy arriving after the row took it: refused, the window still moves.
+        let mut jobs = [corrected(
+            Some((13, 2_000, Some(7_000))),
+            &[(3_000, 3, 7_000, 0)],
+        )];
+        let p = plan(&mut jobs, &mut stats);
+        assert_eq!((p[0].next, p[0].last_correction), (13, Some(7_000)));
+    }
+
+    #[test]
+    fn a_replayed_correction_bounces_off_the_window_fence() {
+        let mut stats = SinkStats::default();
+        let mut jobs = [corrected(
+            Some((13, 2_000, Some(7_000))),
+            &[(2_000, 3, 7_000, 0)],
+        )];
+        assert!(plan(&mut jobs, &mut stats).is_empty());
     }
 
     #[test]

@@ -48,6 +48,17 @@ impl Weight {
     }
 }
 
+/// A reconcile correction, as stage 2 applies it: through the window fence like any delta
+/// of its window, and through the correction fence (`cut_ms` follows `after_ms`, see
+/// sink.rs), so a correction sent twice or overtaken by a newer recount is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Correction {
+    pub id: String,
+    pub delta: i64,
+    pub cut_ms: i64,
+    pub after_ms: i64,
+}
+
 /// A window that can no longer change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClosedWindow {
@@ -57,6 +68,8 @@ pub struct ClosedWindow {
     pub items: HashMap<String, ItemDelta>,
     /// Delta records combined into this window (ticks not counted).
     pub records: u64,
+    /// Corrections in this window, in log order (their items also appear in `items`).
+    pub corrections: Vec<(String, Correction)>,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +78,7 @@ struct Open {
     first_offset: i64,
     items: HashMap<String, ItemDelta>,
     records: u64,
+    corrections: Vec<(String, Correction)>,
 }
 
 #[derive(Debug, Default)]
@@ -145,6 +159,7 @@ impl Windows {
                     end_ms: (open.id + 1).saturating_mul(window_ms),
                     items: open.items,
                     records: open.records,
+                    corrections: open.corrections,
                 });
             }
         }
@@ -153,6 +168,7 @@ impl Windows {
             first_offset: offset,
             items: HashMap::new(),
             records: 0,
+            corrections: Vec::new(),
         });
         if let Some((item, d, event_time_ms, weight)) = delta {
             let e = open.items.entry(item.to_string()).or_insert(ItemDelta {
@@ -169,6 +185,35 @@ impl Windows {
             open.records += 1;
         }
         p.next_offset = offset + 1;
+    }
+
+    /// Feeds a correction: its window gets an entry for the item (so the fence sees the
+    /// window), and the correction rides along for the sink to apply or refuse.
+    pub fn observe_correction(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        timestamp_ms: i64,
+        item: &str,
+        correction: Correction,
+    ) {
+        let none = Weight {
+            events: 0,
+            mean_event_time_ms: timestamp_ms,
+        };
+        self.observe(
+            partition,
+            offset,
+            timestamp_ms,
+            Some((item, 0, timestamp_ms, none)),
+        );
+        if let Some(open) = self
+            .partitions
+            .get_mut(&partition)
+            .and_then(|p| p.open.as_mut())
+        {
+            open.corrections.push((item.to_string(), correction));
+        }
     }
 
     /// Takes the windows closed since the last call.

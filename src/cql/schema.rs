@@ -98,11 +98,34 @@ pub const TABLES: &[TableSpec] = &[
             ("count", "bigint"),
             ("last_window", "bigint"),
             ("as_of", "timestamp"),
+            // The cut (ms) of the last reconcile correction applied: the correction fence.
+            ("last_correction", "bigint"),
         ],
         partition_key: &["shard"],
         clustering: &["item_id"],
         options: "",
         purpose: "public counts; written only through the LWT fence (last_window: the end time, ms, of the last window applied)",
+    },
+    TableSpec {
+        name: "erasures",
+        // user_id is removed when the erasure is purged: afterwards the row says only that an
+        // erasure ran, when, and how many likes it took back.
+        columns: &[
+            ("id", "text"),
+            ("user_id", "text"),
+            ("requested_at", "timestamp"),
+            ("state", "text"),
+            ("cursor", "text"),
+            ("walked", "bigint"),
+            ("unliked", "bigint"),
+            ("updated_at", "timestamp"),
+            ("unliked_at", "timestamp"),
+            ("purged_at", "timestamp"),
+        ],
+        partition_key: &["id"],
+        clustering: &[],
+        options: "",
+        purpose: "account erasure requests and their progress (the erase job's checkpoint)",
     },
     TableSpec {
         name: "topology_record",

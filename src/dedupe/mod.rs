@@ -86,9 +86,10 @@ pub struct Dedupe {
 struct Batch {
     /// Edge key → (new version, input partition).
     edges: HashMap<Vec<u8>, (EdgeVersion, i32)>,
-    /// Item → (sum of deltas, earliest event time, events).
-    /// item → (delta, earliest event time, flips, sum of their event times).
-    items: BTreeMap<String, (i64, i64, u32, i64)>,
+    /// (item, event-time second) → (delta, earliest event time, flips, sum of their event
+    /// times). A delta never combines flips of two event-time seconds, so a whole second is a
+    /// clean cut of the deltas log: reconcile and rebuild split the log at one (src/ops/cut.rs).
+    items: BTreeMap<(String, i64), (i64, i64, u32, i64)>,
     /// Partition → (first offset, next offset).
     offsets: BTreeMap<i32, (i64, i64)>,
     dead: Vec<DeadLetter>,
@@ -382,7 +383,10 @@ impl Dedupe {
                 batch.edges.insert(key, (state, p));
                 let e = batch
                     .items
-                    .entry(valid.event.item_id)
+                    .entry((
+                        valid.event.item_id,
+                        valid.flip.event_time_ms.div_euclid(1000),
+                    ))
                     .or_insert((0, i64::MAX, 0, 0));
                 e.0 += delta;
                 e.1 = e.1.min(valid.flip.event_time_ms);

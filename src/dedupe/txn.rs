@@ -34,7 +34,7 @@ impl Dedupe {
             self.stats.dead_letters += 1;
             metrics::counter!(m::DLQ_RECORDS, "stage" => "dedupe").increment(1);
         }
-        for (item, &(delta, event_time_ms, events, time_sum)) in &batch.items {
+        for ((item, _second), &(delta, event_time_ms, events, time_sum)) in &batch.items {
             if delta == 0 {
                 continue;
             }

@@ -39,6 +39,14 @@ pub const SINK_LWTS: &str = "likes_count_lwts_total";
 pub const CAS_RETRIES: &str = "likes_count_cas_retries_total";
 /// Stage 2: counts clamped at zero (alert on any).
 pub const CLAMPS: &str = "likes_count_clamps_total";
+/// Stage 2: reconcile corrections decided at the correction fence (label `outcome`: applied,
+/// refused). A refusal is a correction sent twice or overtaken by a newer recount.
+pub const CORRECTIONS: &str = "likes_count_corrections_total";
+/// API: age of the oldest erasure not yet purged, seconds (0 when none); the 30-day deadline
+/// alerts from it.
+pub const ERASURE_OLDEST_PENDING: &str = "likes_erasure_oldest_pending_seconds";
+/// API: erasures not yet purged.
+pub const ERASURES_PENDING: &str = "likes_erasures_pending";
 /// Stage 2: sink time minus event time, per flip (from the mean event time of the flips each
 /// delta combines), seconds.
 pub const STALENESS_SECONDS: &str = "likes_count_staleness_seconds";
@@ -146,6 +154,16 @@ fn describe() {
     describe_counter!(SINK_LWTS, "conditional writes to like_counts");
     describe_counter!(CAS_RETRIES, "compare-and-set misses retried");
     describe_counter!(CLAMPS, "counts clamped at zero; alert on any");
+    describe_counter!(
+        CORRECTIONS,
+        "reconcile corrections applied or refused at the correction fence"
+    );
+    describe_gauge!(
+        ERASURE_OLDEST_PENDING,
+        Unit::Seconds,
+        "age of the oldest erasure not yet purged (deadline: 30 days)"
+    );
+    describe_gauge!(ERASURES_PENDING, "erasures not yet purged");
     describe_gauge!(
         STATE_MEMORY,
         Unit::Bytes,

@@ -5,6 +5,7 @@
 
 pub mod counts;
 pub mod edges;
+pub mod erasures;
 pub mod events;
 pub mod outbox;
 pub mod retractions;
@@ -42,6 +43,7 @@ pub struct Stores {
     pub outbox: outbox::Outbox,
     pub counts: counts::Counts,
     pub retractions: retractions::Retractions,
+    pub erasures: erasures::Erasures,
 }
 
 impl Stores {
@@ -51,6 +53,7 @@ impl Stores {
             outbox: outbox::Outbox::prepare(session.clone(), ks).await?,
             counts: counts::Counts::prepare(session.clone(), ks).await?,
             retractions: retractions::Retractions::prepare(session.clone(), ks).await?,
+            erasures: erasures::Erasures::prepare(session.clone(), ks).await?,
         })
     }
 }

@@ -1,0 +1,613 @@
+//! A cut: one whole second K of the edge clock (`updated_at`, the flips' event time), at which
+//! the edges and the counter rows are compared without stopping anything.
+//!
+//! - **The edges at K.** Every real flip bumps op_id and toggles the state, and the row keeps
+//!   the times of its last two flips (`updated_at`, `prev_at`) and, in `recent_keys`, the op_id
+//!   and time of its recent requests. So the state at K is the current state, toggled once per
+//!   flip at or after K. An edge flipped twice since K whose older history has left the row is
+//!   "in flight": its item is retried with a later cut.
+//! - **The count at K.** Stage 1 never combines flips of two event-time seconds into one delta
+//!   (`dedupe`'s batch is keyed by item and second), so each delta record lies wholly before or
+//!   after K. The count at K is the row's count minus the deltas at or after K that the row has
+//!   applied: those on the deltas log whose window is at or below the row's `last_window`.
+//! - **Nothing before K is still on its way.** The job waits until every flip stamped before K
+//!   is on the counter row: `api.relay_min_age` past K (no request stamped before K is still in
+//!   flight), no outbox entry older than K (the relay has published what a request could not),
+//!   stage 1 committed past the events log's end, stage 2 committed past the deltas log's end.
+//!
+//! Then drift = count at K − LIKED edges at K, exactly, while live traffic goes on.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::statement::Consistency;
+use scylla::value::CqlTimestamp;
+use tracing::info;
+
+use crate::api::request_keys::Remembered;
+use crate::config::Settings;
+use crate::count::{decode_record, Input};
+use crate::error::{Error, Result};
+use crate::runtime::clock::now_ms;
+use crate::store::outbox::{outbox_minute, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
+use crate::store::Stores;
+use crate::topology::Topology;
+
+/// A delta never straddles a whole second of event time (stage 1's batch key).
+pub const GRID_MS: i64 = 1000;
+
+/// How far before K the deltas log is read: a delta of a flip at or after K may carry a log
+/// time this much earlier than its event time (clock skew between API hosts and brokers).
+pub const SKEW_MS: i64 = 60_000;
+
+/// The cut for now: the last whole second.
+pub fn choose() -> i64 {
+    now_ms().div_euclid(GRID_MS) * GRID_MS
+}
+
+/// An edge's state at K: Some(liked), or None when it flipped twice or more since K and the
+/// row no longer tells how often.
+pub fn liked_at(
+    liked: bool,
+    op_id: i64,
+    updated_at: i64,
+    prev_at: i64,
+    keys: &BTreeMap<i32, String>,
+    k: i64,
+) -> Option<bool> {
+    if op_id == 0 || updated_at < k {
+        // Never flipped (an unlike that created the row), or not since K.
+        return Some(liked && op_id > 0);
+    }
+    // The time of each op_id the row still knows (op 0: the row did not exist, unliked).
+    let mut at: BTreeMap<i64, i64> = BTreeMap::from([(op_id, updated_at), (0, i64::MIN)]);
+    if op_id > 1 {
+        at.insert(op_id - 1, prev_at);
+    }
+    for r in keys.values().filter_map(|v| Remembered::decode(v)) {
+        if r.changed {
+            at.insert(r.op_id, r.at_ms);
+        }
+    }
+    // The last op before K, provided the op after it is known to be at or after K.
+    let (&before, _) = at.iter().rev().find(|(_, &t)| t < k)?;
+    let next = at.get(&(before + 1))?;
+    if *next < k {
+        return None;
+    }
+    let state_of = |op: i64| {
+        if op == 0 {
+            false
+        } else if (op_id - op) % 2 == 0 {
+            liked
+        } else {
+            !liked
+        }
+    };
+    Some(state_of(before))
+}
+
+/// An item's counter row: (count, last_window, last_correction).
+pub type CountRow = (i64, Option<i64>, Option<i64>);
+
+/// What one item looks like at a cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemAtCut {
+    pub item: String,
+    pub row: CountRow,
+    /// Deltas at or after K that the row has applied.
+    pub applied_since: i64,
+    /// LIKED edges at K; Err(user) when that user's edge makes the item in flight.
+    pub recount: std::result::Result<i64, String>,
+}
+
+impl ItemAtCut {
+    pub fn count_at_cut(&self) -> i64 {
+        self.row.0 - self.applied_since
+    }
+
+    /// Count at K minus LIKED edges at K; None when in flight.
+    pub fn drift(&self) -> Option<i64> {
+        self.recount.as_ref().ok().map(|r| self.count_at_cut() - r)
+    }
+}
+
+/// The pipeline and stores a cut is taken against.
+pub struct Pipeline {
+    pub settings: Settings,
+    pub topology: Topology,
+    pub session: Arc<Session>,
+    pub stores: Stores,
+    scan_item: PreparedStatement,
+    count_row: PreparedStatement,
+    kafka: BaseConsumer,
+}
+
+impl Pipeline {
+    pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Self> {
+        let session = crate::cql::connect(&settings.cql).await?;
+        crate::cql::recorded::check(&session, &settings.cql.keyspace, topology).await?;
+        let ks = &settings.cql.keyspace;
+        let stores = Stores::prepare(&session, ks).await?;
+        let mut scan_item = crate::store::prepare(
+            &session,
+            format!(
+                "SELECT user_id, state, op_id, updated_at, prev_at, recent_keys FROM {ks}.edges \
+                 WHERE item_id = ? AND bucket = ?"
+            ),
+        )
+        .await?;
+        // SERIAL: a Paxos round left half-done by a crashed writer is finished (or dropped)
+        // before the row is read, so no flip stamped before K can appear after the recount.
+        scan_item.set_consistency(Consistency::Serial);
+        let mut count_row = crate::store::prepare(
+            &session,
+            format!(
+                "SELECT count, last_window, last_correction FROM {ks}.like_counts \
+                 WHERE shard = ? AND item_id = ?"
+            ),
+        )
+        .await?;
+        count_row.set_consistency(Consistency::Serial);
+        let kafka: BaseConsumer = crate::kafka::client_config(&settings.kafka)
+            .set(
+                "group.id",
+                format!("likes-ops-{:016x}", rand::random::<u64>()),
+            )
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .create()?;
+        Ok(Self {
+            settings: settings.clone(),
+            topology: topology.clone(),
+            session,
+            stores,
+            scan_item,
+            count_row,
+            kafka,
+        })
+    }
+
+    /// Waits until every flip stamped before `k` is on the counter rows (or, with
+    /// `stage2` false, on the deltas log): see the module's comment.
+    pub async fn wait_past(&self, k: i64, stage2: bool) -> Result<()> {
+        let started = Instant::now();
+        let timeout = self.settings.ops.wait_timeout;
+        let over = |what: &str| -> Result<()> {
+            if started.elapsed() > timeout {
+                return Err(Error::Timeout(timeout, what.to_string()));
+            }
+            Ok(())
+        };
+        let quiet = k + self.settings.api.relay_min_age.as_millis() as i64;
+        while now_ms() < quiet {
+            over("the cut's requests to finish")?;
+            super::progress::waiting(
+                "api.relay_min_age past the cut, so that no request stamped before it is in flight",
+                started,
+            )
+            .await;
+        }
+        loop {
+            let left = self.outbox_before(k).await?;
+            if left == 0 {
+                break;
+            }
+            over(&format!(
+                "{left} outbox entries older than the cut; is the relay running (`likes relay` or api.relay)?"
+            ))?;
+            super::progress::waiting(
+                &format!("the relay: {left} outbox entries older than the cut"),
+                started,
+            )
+            .await;
+        }
+        let events = self.settings.topic(&self.topology.topics.events.name);
+        let dedupe = self.settings.group(&self.topology.groups.dedupe);
+        self.wait_committed(&dedupe, &events, started, "stage 1 (likes dedupe)")
+            .await?;
+        if stage2 {
+            let deltas = self.settings.topic(&self.topology.topics.deltas.name);
+            let count = self.settings.group(&self.topology.groups.count);
+            self.wait_committed(&count, &deltas, started, "stage 2 (likes count)")
+                .await?;
+        }
+        info!(cut = k, waited = ?started.elapsed(), "the pipeline has passed the cut");
+        Ok(())
+    }
+
+    /// Waits until stage 2 has applied everything on the deltas log now (a correction just
+    /// sent, say).
+    pub async fn wait_counted(&self) -> Result<()> {
+        let deltas = self.settings.topic(&self.topology.topics.deltas.name);
+        let count = self.settings.group(&self.topology.groups.count);
+        self.wait_committed(&count, &deltas, Instant::now(), "stage 2 (likes count)")
+            .await
+    }
+
+    /// Outbox entries created before `k` (a full scan partition counts as unknown: 1).
+    async fn outbox_before(&self, k: i64) -> Result<usize> {
+        let last = outbox_minute(k);
+        let mut n = 0;
+        for shard in 0..OUTBOX_SHARDS as i32 {
+            let floor = self.stores.outbox.floor(shard).await?.unwrap_or(last);
+            for minute in floor.min(last)..=last {
+                let entries = self.stores.outbox.scan(shard, minute).await?;
+                if entries.len() >= OUTBOX_SCAN_LIMIT {
+                    n += 1;
+                }
+                n += entries.iter().filter(|e| e.created_at_ms < k).count();
+            }
+        }
+        Ok(n)
+    }
+
+    /// The partitions of `topic` with their high watermarks.
+    pub fn ends(&self, topic: &str) -> Result<Vec<(i32, i64, i64)>> {
+        let timeout = self.settings.kafka.request_timeout;
+        tokio::task::block_in_place(|| {
+            let md = self.kafka.fetch_metadata(Some(topic), timeout)?;
+            let mut out = Vec::new();
+            for t in md.topics().iter().filter(|t| t.name() == topic) {
+                for p in t.partitions() {
+                    let (low, high) = self.kafka.fetch_watermarks(topic, p.id(), timeout)?;
+                    out.push((p.id(), low, high));
+                }
+            }
+            if out.is_empty() {
+                return Err(Error::Topic {
+                    topic: topic.to_string(),
+                    reason: "does not exist (run `likes topics`)".into(),
+                });
+            }
+            out.sort();
+            Ok(out)
+        })
+    }
+
+    /// A group's committed offsets on `topic` (None: nothing committed).
+    pub fn committed(
+        &self,
+        group: &str,
+        topic: &str,
+        partitions: &[i32],
+    ) -> Result<HashMap<i32, Option<i64>>> {
+        let timeout = self.settings.kafka.request_timeout;
+        let c: BaseConsumer = crate::kafka::client_config(&self.settings.kafka)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let mut ask = TopicPartitionList::new();
+        for &p in partitions {
+            ask.add_partition(topic, p);
+        }
+        let got = tokio::task::block_in_place(|| c.committed_offsets(ask, timeout))?;
+        Ok(partitions
+            .iter()
+            .map(|&p| {
+                let o = match got.find_partition(topic, p).map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) => Some(o),
+                    _ => None,
+                };
+                (p, o)
+            })
+            .collect())
+    }
+
+    async fn wait_committed(
+        &self,
+        group: &str,
+        topic: &str,
+        started: Instant,
+        who: &str,
+    ) -> Result<()> {
+        let ends = self.ends(topic)?;
+        let partitions: Vec<i32> = ends.iter().map(|e| e.0).collect();
+        loop {
+            let committed = self.committed(group, topic, &partitions)?;
+            let behind: i64 = ends
+                .iter()
+                .map(|&(p, low, high)| {
+                    let at = committed.get(&p).copied().flatten().unwrap_or(low);
+                    (high - at.max(low)).max(0)
+                })
+                .sum();
+            // Stage 2 commits past a window once a later record closes it: stage 1's ticks
+            // (every 200 ms) carry its committed offset past the log's end.
+            if behind == 0 {
+                return Ok(());
+            }
+            if started.elapsed() > self.settings.ops.wait_timeout {
+                return Err(Error::Timeout(
+                    self.settings.ops.wait_timeout,
+                    format!("{who} to pass the cut ({behind} records behind on {topic}); is it running?"),
+                ));
+            }
+            super::progress::waiting(
+                &format!("{who}: {behind} records of {topic} to pass"),
+                started,
+            )
+            .await;
+        }
+    }
+
+    /// An item's counter row, read at SERIAL.
+    pub async fn count_row(&self, item: &str) -> Result<CountRow> {
+        let shard = self.topology.counter_shard(item);
+        let row = self
+            .session
+            .execute_unpaged(&self.count_row, (shard, item))
+            .await?
+            .into_rows_result()?
+            .maybe_first_row::<(Option<i64>, Option<i64>, Option<i64>)>()?;
+        Ok(row.map_or((0, None, None), |(c, w, l)| (c.unwrap_or(0), w, l)))
+    }
+
+    /// LIKED edges of `item` at `k`, bucket by bucket at SERIAL; Err(user) for an edge in
+    /// flight.
+    pub async fn recount(&self, item: &str, k: i64) -> Result<std::result::Result<i64, String>> {
+        let mut liked = 0;
+        for bucket in 0..self.topology.buckets as i32 {
+            let mut rows = self
+                .session
+                .execute_iter(self.scan_item.clone(), (item, bucket))
+                .await?
+                .rows_stream::<(
+                    String,
+                    Option<i8>,
+                    Option<i64>,
+                    Option<CqlTimestamp>,
+                    Option<CqlTimestamp>,
+                    Option<BTreeMap<i32, String>>,
+                )>()?;
+            while let Some((user, state, op, at, prev, keys)) = rows.try_next().await? {
+                let is_liked = state == Some(crate::schema::v1::EdgeState::Liked as i8);
+                match liked_at(
+                    is_liked,
+                    op.unwrap_or(0),
+                    at.map_or(0, |t| t.0),
+                    prev.map_or(0, |t| t.0),
+                    &keys.unwrap_or_default(),
+                    k,
+                ) {
+                    Some(true) => liked += 1,
+                    Some(false) => {}
+                    None => return Ok(Err(user)),
+                }
+            }
+        }
+        Ok(Ok(liked))
+    }
+
+    /// Per item, the sum of the deltas at or after `k` that its row has applied (window at or
+    /// below `last_window`), read from the deltas log from `k - SKEW_MS`.
+    pub fn applied_since(
+        &self,
+        rows: &HashMap<String, CountRow>,
+        k: i64,
+    ) -> Result<HashMap<String, i64>> {
+        let topic = self.settings.topic(&self.topology.topics.deltas.name);
+        let ends = self.ends(&topic)?;
+        let n = ends.len() as u32;
+        let mut by_partition: HashMap<i32, HashMap<&str, i64>> = HashMap::new();
+        for (item, row) in rows {
+            if let Some(w) = row.1 {
+                let p = crate::hash::partition_for(item.as_bytes(), n) as i32;
+                by_partition.entry(p).or_default().insert(item, w);
+            }
+        }
+        let mut out: HashMap<String, i64> = rows.keys().map(|i| (i.clone(), 0)).collect();
+        let window_ms = self.topology.window.as_millis() as i64;
+        for (p, items) in by_partition {
+            let high = ends.iter().find(|e| e.0 == p).map_or(0, |e| e.2);
+            let top = items.values().copied().max().unwrap_or(i64::MIN);
+            self.read_deltas(&topic, p, k - SKEW_MS, high, |_, clock, input| {
+                let end = (clock.div_euclid(window_ms) + 1) * window_ms;
+                if end > top {
+                    return false;
+                }
+                if let Some(Input::Delta {
+                    item,
+                    delta,
+                    event_time_ms,
+                    ..
+                }) = input
+                {
+                    if let Some(&w) = items.get(item.as_str()) {
+                        if event_time_ms >= k && end <= w {
+                            *out.get_mut(&item).expect("every item has an entry") += delta;
+                        }
+                    }
+                }
+                true
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// Reads a deltas partition from the first record at or after `from_ms` up to `high`,
+    /// feeding each record (offset, the partition's clock: log time made monotonic, the
+    /// record if it decodes) until `f` says stop. Returns the offset after the last record
+    /// read.
+    pub fn read_deltas(
+        &self,
+        topic: &str,
+        p: i32,
+        from_ms: i64,
+        high: i64,
+        mut f: impl FnMut(i64, i64, Option<Input>) -> bool,
+    ) -> Result<i64> {
+        let timeout = self.settings.kafka.request_timeout;
+        tokio::task::block_in_place(|| {
+            let mut q = TopicPartitionList::new();
+            q.add_partition_offset(topic, p, Offset::Offset(from_ms))?;
+            let start = match self
+                .kafka
+                .offsets_for_times(q, timeout)?
+                .find_partition(topic, p)
+                .map(|e| e.offset())
+            {
+                Some(Offset::Offset(o)) => o,
+                _ => high,
+            };
+            if start >= high {
+                return Ok(start);
+            }
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(topic, p, Offset::Offset(start))?;
+            self.kafka.assign(&tpl)?;
+            let mut clock = i64::MIN;
+            let mut next = start;
+            let deadline = Instant::now() + timeout * 4;
+            loop {
+                match self.kafka.poll(Duration::from_millis(500)) {
+                    Some(Ok(m)) => {
+                        next = m.offset() + 1;
+                        clock = clock.max(m.timestamp().to_millis().unwrap_or(0));
+                        if !f(m.offset(), clock, decode_record(m.payload()).ok()) {
+                            break;
+                        }
+                        if next >= high {
+                            break;
+                        }
+                    }
+                    Some(Err(e)) => return Err(e.into()),
+                    None => {
+                        let at = self
+                            .kafka
+                            .position()?
+                            .find_partition(topic, p)
+                            .map(|e| e.offset());
+                        if matches!(at, Some(Offset::Offset(o)) if o >= high) {
+                            break;
+                        }
+                        if Instant::now() > deadline {
+                            return Err(Error::Timeout(
+                                timeout * 4,
+                                format!("reading {topic} partition {p} up to offset {high}"),
+                            ));
+                        }
+                    }
+                }
+            }
+            self.kafka.unassign()?;
+            Ok(next)
+        })
+    }
+
+    /// Every item at the cut: rows first, then the log (so every delta the rows applied is
+    /// on it), then the edges.
+    pub async fn items_at(&self, items: &[String], k: i64) -> Result<Vec<ItemAtCut>> {
+        use futures::stream::{self, StreamExt};
+        let mut rows = HashMap::new();
+        for item in items {
+            rows.insert(item.clone(), self.count_row(item).await?);
+        }
+        let applied = self.applied_since(&rows, k)?;
+        let recounts: Vec<Result<(String, std::result::Result<i64, String>)>> = stream::iter(items)
+            .map(|item| async move { Ok((item.clone(), self.recount(item, k).await?)) })
+            .buffer_unordered(self.settings.ops.recount_concurrency)
+            .collect()
+            .await;
+        let mut by_item = HashMap::new();
+        for r in recounts {
+            let (item, rc) = r?;
+            by_item.insert(item, rc);
+        }
+        Ok(items
+            .iter()
+            .map(|item| ItemAtCut {
+                item: item.clone(),
+                row: rows[item],
+                applied_since: applied.get(item).copied().unwrap_or(0),
+                recount: by_item.remove(item).unwrap_or(Ok(0)),
+            })
+            .collect())
+    }
+
+    /// Every item that has an edge or a counter row.
+    pub async fn all_items(&self) -> Result<Vec<String>> {
+        let ks = &self.settings.cql.keyspace;
+        let mut items = std::collections::BTreeSet::new();
+        let mut rows = self
+            .session
+            .query_iter(
+                format!("SELECT DISTINCT item_id, bucket FROM {ks}.edges"),
+                (),
+            )
+            .await?
+            .rows_stream::<(String, i32)>()?;
+        while let Some((item, _)) = rows.try_next().await? {
+            items.insert(item);
+        }
+        items.extend(self.stores.counts.all().await?.into_keys());
+        Ok(items.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(flips: &[(i64, i64)]) -> BTreeMap<i32, String> {
+        flips
+            .iter()
+            .enumerate()
+            .map(|(i, &(op, at))| {
+                let r = Remembered {
+                    liked: op % 2 == 1,
+                    changed: true,
+                    op_id: op,
+                    at_ms: at,
+                    key: format!("u:k{op}"),
+                };
+                (i as i32, r.encode())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_edge_not_flipped_since_the_cut_is_as_it_is() {
+        assert_eq!(
+            liked_at(true, 3, 900, 500, &BTreeMap::new(), 1000),
+            Some(true)
+        );
+        assert_eq!(
+            liked_at(false, 0, 0, 0, &BTreeMap::new(), 1000),
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn one_flip_since_the_cut_is_undone() {
+        assert_eq!(
+            liked_at(true, 1, 1500, 0, &BTreeMap::new(), 1000),
+            Some(false)
+        );
+        assert_eq!(
+            liked_at(false, 2, 1500, 900, &BTreeMap::new(), 1000),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn two_flips_since_the_cut_need_the_recent_keys() {
+        // op 3 (like) at 1600, op 2 (unlike) at 1200, op 1 (like) at 800: liked at 1000.
+        assert_eq!(liked_at(true, 3, 1600, 1200, &BTreeMap::new(), 1000), None);
+        let k = keys(&[(1, 800), (2, 1200), (3, 1600)]);
+        assert_eq!(liked_at(true, 3, 1600, 1200, &k, 1000), Some(true));
+        // Op 1 at 1100 as well: the row did not exist at 1000.
+        let k = keys(&[(1, 1100), (2, 1200), (3, 1600)]);
+        assert_eq!(liked_at(true, 3, 1600, 1200, &k, 1000), Some(false));
+        // A gap: op 2 known at 1200, op 1 forgotten, an older op 0... unknown.
+        let k = keys(&[(2, 1200), (3, 1600)]);
+        assert_eq!(liked_at(true, 4, 1700, 1650, &k, 1000), None);
+    }
+}

@@ -1,0 +1,274 @@
+//! `likes rebuild`: the counter table re-derived from the edges (DESIGN.md, "Corrections,
+//! erasure, replay"), with stage 2 stopped and everything else running.
+//!
+//! 1. A cut K (see `cut`); wait until every flip stamped before K is on the deltas log.
+//! 2. Recount every item's LIKED edges at K (a full scan; each edge rolled back to K).
+//! 3. Split the deltas log at the first record of the window W0 that starts at or after K
+//!    (position P per partition). A row's value at P is the recount at K, plus the deltas
+//!    before P of flips at or after K, minus the deltas from P on of flips before K (stage 1
+//!    never combines two event-time seconds, so each delta is wholly on one side of K).
+//! 4. Write every row through its compare-and-set: that value, `last_window` = W0 (the fence
+//!    at P), `last_correction` = K (a correction computed before the rebuild is refused).
+//! 5. Commit the count group's offsets at P with W0 as the clock. Stage 2, started again,
+//!    replays the tail from P: every window after W0 applies once, none before it.
+//!
+//! While it runs, reads of a count answer from whatever row is there (none: 0), and are
+//! right again, with `asOf` catching up, once stage 2 has replayed the tail.
+
+use std::collections::{BTreeMap, HashMap};
+
+use futures::TryStreamExt;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use scylla::statement::Consistency;
+use scylla::value::CqlTimestamp;
+use tracing::{info, warn};
+
+use super::cut::{self, Pipeline};
+use super::progress::Progress;
+use crate::count::Input;
+use crate::error::{Error, Result};
+use crate::schema::v1::EdgeState;
+
+#[derive(Debug)]
+pub struct RebuildReport {
+    pub cut_ms: i64,
+    pub window_ms: i64,
+    pub rows: usize,
+    pub likes: i64,
+    pub resume: Vec<(i32, i64)>,
+}
+
+impl std::fmt::Display for RebuildReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rebuilt {} counter rows ({} likes) at cut {} with the fence at window end {}; \
+             the count group resumes at {:?} (partition, offset). Start stage 2 now: it \
+             replays the tail on top.",
+            self.rows, self.likes, self.cut_ms, self.window_ms, self.resume
+        )
+    }
+}
+
+const ATTEMPTS: usize = 3;
+
+pub async fn run(p: &Pipeline) -> Result<RebuildReport> {
+    let group = p.settings.group(&p.topology.groups.count);
+    refuse_live_group(p, &group)?;
+    for attempt in 1..=ATTEMPTS {
+        let k = cut::choose();
+        info!(
+            cut = k,
+            attempt, "rebuild: waiting until every flip before the cut is on the deltas log"
+        );
+        p.wait_past(k, false).await?;
+        match recount_all(p, k).await? {
+            Err((item, user)) => {
+                warn!(%item, %user, "an edge flipped twice since the cut; taking a later cut");
+                continue;
+            }
+            Ok(recount) => return finish(p, &group, k, recount).await,
+        }
+    }
+    Err(Error::State(format!(
+        "every one of {ATTEMPTS} cuts met an edge flipped twice since it whose history left the row; run again"
+    )))
+}
+
+fn refuse_live_group(p: &Pipeline, group: &str) -> Result<()> {
+    let c: BaseConsumer = crate::kafka::client_config(&p.settings.kafka).create()?;
+    let list = tokio::task::block_in_place(|| {
+        c.fetch_group_list(Some(group), p.settings.kafka.request_timeout)
+    })?;
+    let live = list
+        .groups()
+        .iter()
+        .map(|g| g.members().len())
+        .sum::<usize>();
+    if live > 0 {
+        return Err(Error::Config(format!(
+            "group {group} has {live} live member(s): stop stage 2 (`likes count`, e.g. scale it to 0) \
+             before a rebuild; a stopped member leaves after kafka.session_timeout ({:?})",
+            p.settings.kafka.session_timeout
+        )));
+    }
+    Ok(())
+}
+
+/// LIKED edges per item at `k`, over the whole table; Err((item, user)) for an edge in flight.
+async fn recount_all(
+    p: &Pipeline,
+    k: i64,
+) -> Result<std::result::Result<BTreeMap<String, i64>, (String, String)>> {
+    let ks = &p.settings.cql.keyspace;
+    let mut q = scylla::statement::unprepared::Statement::new(format!(
+        "SELECT item_id, user_id, state, op_id, updated_at, prev_at, recent_keys FROM {ks}.edges"
+    ));
+    q.set_consistency(Consistency::Quorum);
+    q.set_page_size(2000);
+    let mut rows = p.session.query_iter(q, ()).await?.rows_stream::<(
+        String,
+        String,
+        Option<i8>,
+        Option<i64>,
+        Option<CqlTimestamp>,
+        Option<CqlTimestamp>,
+        Option<BTreeMap<i32, String>>,
+    )>()?;
+    let mut out = BTreeMap::new();
+    let mut progress = Progress::new("edges recounted", None);
+    while let Some((item, user, state, op, at, prev, keys)) = rows.try_next().await? {
+        let liked = state == Some(EdgeState::Liked as i8);
+        match cut::liked_at(
+            liked,
+            op.unwrap_or(0),
+            at.map_or(0, |t| t.0),
+            prev.map_or(0, |t| t.0),
+            &keys.unwrap_or_default(),
+            k,
+        ) {
+            Some(l) => *out.entry(item).or_insert(0) += i64::from(l),
+            None => return Ok(Err((item, user))),
+        }
+        progress.add(1);
+    }
+    progress.finish();
+    Ok(Ok(out))
+}
+
+async fn finish(
+    p: &Pipeline,
+    group: &str,
+    k: i64,
+    recount: BTreeMap<String, i64>,
+) -> Result<RebuildReport> {
+    let topic = p.settings.topic(&p.topology.topics.deltas.name);
+    let window_ms = p.topology.window.as_millis() as i64;
+    // W0: the end of the last window before P, the first window boundary at or after K.
+    let w0 = (k + window_ms - 1).div_euclid(window_ms) * window_ms;
+    let mut value: HashMap<String, i64> = recount.into_iter().collect();
+    let mut resume = Vec::new();
+    for (partition, _low, high) in p.ends(&topic)? {
+        let mut split: Option<i64> = None;
+        p.read_deltas(
+            &topic,
+            partition,
+            k - cut::SKEW_MS,
+            high,
+            |offset, clock, input| {
+                if clock >= w0 && split.is_none() {
+                    split = Some(offset);
+                }
+                if let Some(Input::Delta {
+                    item,
+                    delta,
+                    event_time_ms,
+                    ..
+                }) = input
+                {
+                    let before_p = split.is_none();
+                    let at_or_after_k = event_time_ms >= k;
+                    if before_p && at_or_after_k {
+                        *value.entry(item).or_insert(0) += delta;
+                    } else if !before_p && !at_or_after_k {
+                        *value.entry(item).or_insert(0) -= delta;
+                    }
+                }
+                true
+            },
+        )?;
+        resume.push((partition, split.unwrap_or(high)));
+    }
+    // Every existing row is rewritten too: one left by a stage 2 that ran on the new table
+    // holds only part of the tail.
+    for item in p.stores.counts.all().await?.into_keys() {
+        value.entry(item).or_insert(0);
+    }
+    let mut progress = Progress::new("counter rows written", Some(value.len() as u64));
+    let mut likes = 0;
+    let mut rows = 0;
+    for (item, v) in &value {
+        if *v < 0 {
+            warn!(%item, value = v, "the rebuilt count would be negative; clamped at 0");
+        }
+        let v = (*v).max(0);
+        likes += v;
+        let existing = p.count_row(item).await?;
+        if v == 0 && existing == (0, None, None) {
+            progress.add(1);
+            continue;
+        }
+        write_row(p, item, v, w0, k, existing).await?;
+        rows += 1;
+        progress.add(1);
+    }
+    progress.finish();
+    commit_resume(p, group, &topic, &resume, w0)?;
+    Ok(RebuildReport {
+        cut_ms: k,
+        window_ms: w0,
+        rows,
+        likes,
+        resume,
+    })
+}
+
+async fn write_row(
+    p: &Pipeline,
+    item: &str,
+    count: i64,
+    w0: i64,
+    k: i64,
+    mut seen: cut::CountRow,
+) -> Result<()> {
+    let ks = &p.settings.cql.keyspace;
+    let shard = p.topology.counter_shard(item);
+    for _ in 0..10 {
+        let r = if seen == (0, None, None) {
+            p.session
+                .query_unpaged(
+                    format!("INSERT INTO {ks}.like_counts (shard, item_id, count, last_window, as_of, last_correction) VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS"),
+                    (shard, item, count, w0, CqlTimestamp(k), k),
+                )
+                .await?
+        } else {
+            p.session
+                .query_unpaged(
+                    format!("UPDATE {ks}.like_counts SET count = ?, last_window = ?, as_of = ?, last_correction = ? WHERE shard = ? AND item_id = ? IF count = ? AND last_window = ?"),
+                    (count, w0, CqlTimestamp(k), k, shard, item, seen.0, seen.1),
+                )
+                .await?
+        };
+        if crate::store::not_applied(r)?.is_none() {
+            return Ok(());
+        }
+        seen = p.count_row(item).await?;
+    }
+    Err(Error::CqlTransient(format!(
+        "like_counts row of {item} kept changing during the rebuild: is stage 2 running?"
+    )))
+}
+
+fn commit_resume(
+    p: &Pipeline,
+    group: &str,
+    topic: &str,
+    resume: &[(i32, i64)],
+    w0: i64,
+) -> Result<()> {
+    let c: BaseConsumer = crate::kafka::client_config(&p.settings.kafka)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for &(partition, offset) in resume {
+        tpl.add_partition_offset(topic, partition, Offset::Offset(offset))?;
+        if let Some(mut e) = tpl.find_partition(topic, partition) {
+            e.set_metadata(crate::count::clock_metadata(w0));
+        }
+    }
+    tokio::task::block_in_place(|| c.commit(&tpl, CommitMode::Sync))?;
+    info!(%group, ?resume, clock = w0, "count group set to replay the tail from the cut");
+    Ok(())
+}

@@ -1,0 +1,187 @@
+//! `likes reconcile`: drift corrected through the pipeline, never by overwrite (DESIGN.md,
+//! "Corrections, erasure, replay").
+//!
+//! At a cut K (see `cut`) each item's difference LIKED edges − count is exact. It is sent as
+//! a Correction record into `likes.deltas`, keyed by the item, so stage 2 applies it in its
+//! window through the fence, serialized with the live deltas. Each correction names the last
+//! correction the recount saw on the row (`after_snapshot_time_ms`) and its own cut, and
+//! stage 2 applies it only while the row still has that one (the correction fence):
+//!
+//! - a correction sent twice (a producer retry, a re-run that sends the same record) is
+//!   refused the second time, the row having moved on to its cut;
+//! - a re-run after a kill waits until the pipeline has passed its own, later cut, so the
+//!   first run's correction is on the row before the recount, which then finds no drift;
+//! - two runs at once: the later cut's correction was computed without the earlier one, and
+//!   is refused if the earlier one lands first (run again to converge).
+//!
+//! A replay of `likes.deltas` re-reads a correction in its original window: the window fence
+//! skips it. A correction that would take a count below zero is clamped by the sink and
+//! counted in `likes_count_clamps_total`, which alerts.
+
+use std::time::Duration;
+
+use prost::Message as _;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tracing::{info, warn};
+
+use super::cut::{self, Pipeline};
+use super::progress::Progress;
+use crate::error::Result;
+use crate::schema::v1::{delta_record, Correction, DeltaRecord};
+
+/// One correction and what became of it.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub item: String,
+    pub delta: i64,
+    pub id: String,
+    /// Some(true) applied, Some(false) refused by the correction fence, None not sent (dry run).
+    pub applied: Option<bool>,
+}
+
+#[derive(Debug, Default)]
+pub struct ReconcileReport {
+    pub cuts: Vec<i64>,
+    pub checked: usize,
+    pub corrections: Vec<Sent>,
+    /// Items still in flight after every attempt: (item, user whose edge kept flipping).
+    pub in_flight: Vec<(String, String)>,
+    pub dry_run: bool,
+}
+
+impl std::fmt::Display for ReconcileReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for c in &self.corrections {
+            let verdict = match c.applied {
+                Some(true) => "applied",
+                Some(false) => "REFUSED (another correction landed first; run again)",
+                None => "not sent (--dry-run)",
+            };
+            writeln!(f, "{:<32} {:>+8}  {}  {verdict}", c.item, c.delta, c.id)?;
+        }
+        for (item, user) in &self.in_flight {
+            writeln!(
+                f,
+                "{item:<32} in flight: {user}'s edge flipped twice since each cut; run again"
+            )?;
+        }
+        write!(
+            f,
+            "{} items checked at cut(s) {:?}; {} corrections{}; {} in flight",
+            self.checked,
+            self.cuts,
+            self.corrections.len(),
+            if self.dry_run {
+                " (dry run: none sent)"
+            } else {
+                ""
+            },
+            self.in_flight.len()
+        )
+    }
+}
+
+/// Attempts per item that is in flight at a cut.
+const ATTEMPTS: usize = 3;
+
+pub async fn run(
+    p: &Pipeline,
+    items: Vec<String>,
+    dry_run: bool,
+    reason: &str,
+) -> Result<ReconcileReport> {
+    let mut report = ReconcileReport {
+        dry_run,
+        ..Default::default()
+    };
+    let producer: FutureProducer = crate::kafka::producer_config(&p.settings.kafka).create()?;
+    let topic = p.settings.topic(&p.topology.topics.deltas.name);
+    let mut todo = items;
+    for attempt in 1..=ATTEMPTS {
+        let k = cut::choose();
+        report.cuts.push(k);
+        info!(
+            cut = k,
+            items = todo.len(),
+            attempt,
+            "reconcile: waiting for the pipeline to pass the cut"
+        );
+        p.wait_past(k, true).await?;
+        let mut progress = Progress::new("recounted items", Some(todo.len() as u64));
+        let mut views = Vec::new();
+        for chunk in todo.chunks(256) {
+            views.extend(p.items_at(chunk, k).await?);
+            progress.add(chunk.len() as u64);
+        }
+        progress.finish();
+        let mut again = Vec::new();
+        let mut sent = Vec::new();
+        for v in views {
+            let Some(drift) = v.drift() else {
+                again.push((v.item.clone(), v.recount.clone().err().unwrap_or_default()));
+                continue;
+            };
+            report.checked += 1;
+            if drift == 0 {
+                continue;
+            }
+            let id = format!("{}@{k}", v.item);
+            let c = Sent {
+                item: v.item.clone(),
+                delta: -drift,
+                id: id.clone(),
+                applied: None,
+            };
+            if !dry_run {
+                let record = DeltaRecord {
+                    record: Some(delta_record::Record::Correction(Correction {
+                        item_id: v.item.clone(),
+                        delta: -drift,
+                        correction_id: id.clone(),
+                        reason: reason.to_string(),
+                        snapshot_time_ms: k,
+                        after_snapshot_time_ms: v.row.2.unwrap_or(0),
+                    })),
+                }
+                .encode_to_vec();
+                producer
+                    .send(
+                        FutureRecord::to(&topic)
+                            .key(v.item.as_bytes())
+                            .payload(&record),
+                        Duration::from_secs(30),
+                    )
+                    .await
+                    .map_err(|(e, _)| e)?;
+                info!(item = %v.item, delta = -drift, %id, count_at_cut = v.count_at_cut(), edges_at_cut = ?v.recount, "correction sent");
+                fail::fail_point!("reconcile-after-send", |_| Err(
+                    crate::error::Error::Injected("reconcile-after-send")
+                ));
+            }
+            sent.push(c);
+        }
+        if !dry_run && !sent.is_empty() {
+            // Verify: once stage 2 has passed them, each row names its correction's cut.
+            p.wait_counted().await?;
+            for c in &mut sent {
+                let row = p.count_row(&c.item).await?;
+                let applied = row.2 == Some(k);
+                if !applied {
+                    warn!(item = %c.item, id = %c.id, "correction refused by the correction fence");
+                }
+                c.applied = Some(applied);
+            }
+        }
+        report.corrections.extend(sent);
+        if again.is_empty() || attempt == ATTEMPTS {
+            report.in_flight = again;
+            break;
+        }
+        info!(
+            items = again.len(),
+            "items in flight at the cut; trying them at a later cut"
+        );
+        todo = again.into_iter().map(|a| a.0).collect();
+    }
+    Ok(report)
+}

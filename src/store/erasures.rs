@@ -1,0 +1,201 @@
+//! `erasures`: account erasure requests, each the erase job's checkpoint while it works it.
+
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::value::CqlTimestamp;
+
+use super::prepare;
+use crate::error::Result;
+
+/// Where an erasure is: `pending` → `unliking` → `unliked` → `purged`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Erasure {
+    pub id: String,
+    /// None once purged: the record then no longer says whose account it was.
+    pub user_id: Option<String>,
+    pub state: String,
+    pub requested_at_ms: i64,
+    /// The last item whose edge the walk has finished (items in order).
+    pub cursor: Option<String>,
+    pub walked: i64,
+    pub unliked: i64,
+    pub updated_at_ms: Option<i64>,
+    pub unliked_at_ms: Option<i64>,
+    pub purged_at_ms: Option<i64>,
+}
+
+pub const PENDING: &str = "pending";
+pub const UNLIKING: &str = "unliking";
+pub const UNLIKED: &str = "unliked";
+pub const PURGED: &str = "purged";
+
+pub struct Erasures {
+    session: Arc<Session>,
+    ks: String,
+    insert: PreparedStatement,
+    get: PreparedStatement,
+    checkpoint: PreparedStatement,
+    unliked: PreparedStatement,
+    purged: PreparedStatement,
+}
+
+const COLUMNS: &str =
+    "id, user_id, state, requested_at, cursor, walked, unliked, updated_at, unliked_at, purged_at";
+
+type Stored = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<CqlTimestamp>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<CqlTimestamp>,
+    Option<CqlTimestamp>,
+    Option<CqlTimestamp>,
+);
+
+fn of_row(r: Stored) -> Erasure {
+    let ms = |t: Option<CqlTimestamp>| t.map(|t| t.0);
+    Erasure {
+        id: r.0,
+        user_id: r.1,
+        state: r.2.unwrap_or_else(|| PENDING.into()),
+        requested_at_ms: ms(r.3).unwrap_or(0),
+        cursor: r.4,
+        walked: r.5.unwrap_or(0),
+        unliked: r.6.unwrap_or(0),
+        updated_at_ms: ms(r.7),
+        unliked_at_ms: ms(r.8),
+        purged_at_ms: ms(r.9),
+    }
+}
+
+impl Erasures {
+    pub async fn prepare(session: Arc<Session>, ks: &str) -> Result<Self> {
+        Ok(Self {
+            insert: prepare(
+                &session,
+                format!(
+                    "INSERT INTO {ks}.erasures (id, user_id, state, requested_at, walked, unliked) \
+                     VALUES (?, ?, 'pending', ?, 0, 0) IF NOT EXISTS"
+                ),
+            )
+            .await?,
+            get: prepare(
+                &session,
+                format!("SELECT {COLUMNS} FROM {ks}.erasures WHERE id = ?"),
+            )
+            .await?,
+            checkpoint: prepare(
+                &session,
+                format!(
+                    "UPDATE {ks}.erasures SET state = ?, cursor = ?, walked = ?, unliked = ?, \
+                     updated_at = ? WHERE id = ?"
+                ),
+            )
+            .await?,
+            unliked: prepare(
+                &session,
+                format!(
+                    "UPDATE {ks}.erasures SET state = 'unliked', unliked_at = ?, updated_at = ? \
+                     WHERE id = ?"
+                ),
+            )
+            .await?,
+            purged: prepare(
+                &session,
+                format!(
+                    "UPDATE {ks}.erasures SET state = 'purged', purged_at = ?, updated_at = ?, \
+                     user_id = null, cursor = null WHERE id = ?"
+                ),
+            )
+            .await?,
+            session,
+            ks: ks.to_string(),
+        })
+    }
+
+    /// Every erasure (a small table: one row per deleted account).
+    pub async fn all(&self) -> Result<Vec<Erasure>> {
+        let mut rows = self
+            .session
+            .query_iter(format!("SELECT {COLUMNS} FROM {}.erasures", self.ks), ())
+            .await?
+            .rows_stream::<Stored>()?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.try_next().await? {
+            out.push(of_row(r));
+        }
+        out.sort_by_key(|e| e.requested_at_ms);
+        Ok(out)
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Option<Erasure>> {
+        Ok(self
+            .session
+            .execute_unpaged(&self.get, (id,))
+            .await?
+            .into_rows_result()?
+            .maybe_first_row::<Stored>()?
+            .map(of_row))
+    }
+
+    /// The user's erasure not yet purged, or a new one: asking twice erases once.
+    pub async fn request(&self, user: &str, now_ms: i64) -> Result<Erasure> {
+        if let Some(e) = self
+            .all()
+            .await?
+            .into_iter()
+            .find(|e| e.user_id.as_deref() == Some(user) && e.state != PURGED)
+        {
+            return Ok(e);
+        }
+        let id = format!("er-{:016x}", rand::random::<u64>());
+        self.session
+            .execute_unpaged(&self.insert, (&id, user, CqlTimestamp(now_ms)))
+            .await?;
+        Ok(self.get(&id).await?.expect("the erasure was just written"))
+    }
+
+    pub async fn checkpoint(&self, e: &Erasure, now_ms: i64) -> Result<()> {
+        self.session
+            .execute_unpaged(
+                &self.checkpoint,
+                (
+                    &e.state,
+                    &e.cursor,
+                    e.walked,
+                    e.unliked,
+                    CqlTimestamp(now_ms),
+                    &e.id,
+                ),
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn mark_unliked(&self, id: &str, now_ms: i64) -> Result<()> {
+        self.session
+            .execute_unpaged(
+                &self.unliked,
+                (CqlTimestamp(now_ms), CqlTimestamp(now_ms), id),
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn mark_purged(&self, id: &str, now_ms: i64) -> Result<()> {
+        self.session
+            .execute_unpaged(
+                &self.purged,
+                (CqlTimestamp(now_ms), CqlTimestamp(now_ms), id),
+            )
+            .await?;
+        Ok(())
+    }
+}
