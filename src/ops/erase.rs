@@ -29,7 +29,7 @@ use crate::schema::v1::Source;
 use crate::store::erasures::{Erasure, PURGED, UNLIKED, UNLIKING};
 
 /// Items read from `edges_by_user` per page (and per checkpoint).
-const PAGE: i32 = 200;
+const PAGE: i32 = 50;
 /// Unlikes in flight at once (the rate bounds them too).
 const CONCURRENCY: usize = 8;
 

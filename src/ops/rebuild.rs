@@ -55,7 +55,7 @@ const ATTEMPTS: usize = 3;
 
 pub async fn run(p: &Pipeline) -> Result<RebuildReport> {
     let group = p.settings.group(&p.topology.groups.count);
-    refuse_live_group(p, &group)?;
+    refuse_live_group(p, &group).await?;
     for attempt in 1..=ATTEMPTS {
         let k = cut::choose();
         info!(
@@ -76,16 +76,22 @@ pub async fn run(p: &Pipeline) -> Result<RebuildReport> {
     )))
 }
 
-fn refuse_live_group(p: &Pipeline, group: &str) -> Result<()> {
+/// Stage 2 must be stopped. Its members are static: a stopped one stays in the group until
+/// its session times out, so that long is waited for before refusing.
+async fn refuse_live_group(p: &Pipeline, group: &str) -> Result<()> {
     let c: BaseConsumer = crate::kafka::client_config(&p.settings.kafka).create()?;
-    let list = tokio::task::block_in_place(|| {
-        c.fetch_group_list(Some(group), p.settings.kafka.request_timeout)
-    })?;
-    let live = list
-        .groups()
-        .iter()
-        .map(|g| g.members().len())
-        .sum::<usize>();
+    let patience = p.settings.kafka.session_timeout + std::time::Duration::from_secs(5);
+    let started = std::time::Instant::now();
+    let live = loop {
+        let list = tokio::task::block_in_place(|| {
+            c.fetch_group_list(Some(group), p.settings.kafka.request_timeout)
+        })?;
+        let live: usize = list.groups().iter().map(|g| g.members().len()).sum();
+        if live == 0 || started.elapsed() > patience {
+            break live;
+        }
+        super::progress::waiting(&format!("{group} to have no members"), started).await;
+    };
     if live > 0 {
         return Err(Error::Config(format!(
             "group {group} has {live} live member(s): stop stage 2 (`likes count`, e.g. scale it to 0) \

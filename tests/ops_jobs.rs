@@ -1,0 +1,443 @@
+//! The operations jobs against the real stack (issue 14), each while others keep writing:
+//! - erasure takes back exactly the user's likes, resumes after kill -9, changes nothing when
+//!   run again, and purges the user's rows; its admin endpoint needs its credential;
+//! - drift reports 0 on a healthy run and exactly the corrupted items after corruption;
+//! - reconcile converges corrupted rows to ground truth, a second run sends nothing, a run
+//!   stopped right after sending and run again applies nothing twice, and a correction sent
+//!   twice is refused;
+//! - rebuild after dropping `like_counts` during a live stream equals ground truth.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::api::{self, Client, ADMIN};
+use common::topology as fx;
+use likes::config::Settings;
+use likes::ops::cut::Pipeline;
+use likes::ops::drift::{self, Scope};
+use likes::topology::Topology;
+use rand::{Rng, SeedableRng};
+use reqwest::StatusCode;
+
+/// Short in-flight bounds, so a cut is passed within seconds.
+fn quick(s: &mut Settings) {
+    s.api.write_deadline = Duration::from_secs(2);
+    s.cql.request_timeout = Duration::from_secs(5);
+    s.api.relay_min_age = Duration::from_secs(8);
+    s.ops.wait_timeout = Duration::from_secs(120);
+}
+
+/// The same settings for the `likes` binary.
+fn env(settings: &Settings, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    let mut e = common::env_for(settings);
+    e.extend([
+        ("LIKES__API__WRITE_DEADLINE", "2s".to_string()),
+        ("LIKES__CQL__REQUEST_TIMEOUT", "5s".to_string()),
+        ("LIKES__API__RELAY_MIN_AGE", "8s".to_string()),
+    ]);
+    e.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    e
+}
+
+/// Others liking and unliking items 0..items until stopped; returns how many writes.
+fn churn(
+    client: Arc<Client>,
+    items: usize,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let user = format!("u{}", rng.random_range(0..12));
+            let item = format!("item-{}", rng.random_range(0..items));
+            let key = format!("churn-{seed}-{n}");
+            let (s, body) = if rng.random_bool(0.6) {
+                client.like(&user, &item, &key).await
+            } else {
+                client.unlike(&user, &item, &key).await
+            };
+            assert_eq!(s, StatusCode::OK, "{body}");
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        n
+    })
+}
+
+async fn truth(app: &likes::api::App) -> BTreeMap<String, i64> {
+    fx::nonzero(&app.store.edges.liked_per_item().await.unwrap())
+}
+
+async fn converge(
+    run: &mut fx::Running,
+    settings: &Settings,
+    app: &likes::api::App,
+) -> BTreeMap<String, i64> {
+    let want = truth(app).await;
+    let have = fx::wait_for_counts(run, settings, &want, Duration::from_secs(90)).await;
+    assert_eq!(have, want, "the counts converge to the LIKED edges");
+    have
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn erasure_takes_back_exactly_the_users_likes_and_resumes_after_kill9() {
+    let (settings, topology, app, client) = api::serve_with("erase", quick).await;
+    let mut run = fx::start(&settings, &topology);
+    // The victim likes 120 items; others like the first 10 of them too.
+    for i in 0..120 {
+        let (s, b) = client
+            .like("vic", &format!("item-{i}"), &format!("v{i}"))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = churn(client.clone(), 10, 1, stop.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // The endpoint needs its credential.
+    let url = format!("{}/v1/admin/erasures", client.base);
+    let body = serde_json::json!({ "userId": "vic" });
+    let r = client.http.post(&url).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = client
+        .http
+        .post(&url)
+        .header("X-Admin-Token", "wrong-token-wrong-token-wrong-token")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = client
+        .http
+        .post(&url)
+        .header("X-Admin-Token", ADMIN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let e: serde_json::Value = r.json().await.unwrap();
+    let id = e["id"].as_str().unwrap().to_string();
+    assert_eq!(e["state"], "pending");
+
+    // The job, slowly, killed with -9 once it has checkpointed part of the walk.
+    let slow = env(
+        &settings,
+        &[
+            ("LIKES__OPS__ERASE_RATE", "20"),
+            ("LIKES__OPS__ERASE_PURGE_AFTER", "0s"),
+        ],
+    );
+    let mut job = std::process::Command::new(env!("CARGO_BIN_EXE_likes"))
+        .arg("erase")
+        .envs(slow.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let e = app.store.erasures.get(&id).await.unwrap().unwrap();
+        if e.walked >= 50 {
+            assert!(e.walked < 120, "killed halfway: {e:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job never checkpointed: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    job.kill().unwrap(); // SIGKILL
+    job.wait().unwrap();
+    let halfway = app.store.erasures.get(&id).await.unwrap().unwrap();
+    assert_eq!(halfway.state, "unliking");
+
+    // Run again: it resumes at its checkpoint and finishes the walk.
+    let fast = env(&settings, &[("LIKES__OPS__ERASE_PURGE_AFTER", "0s")]);
+    let (ok, out, err) = common::likes(&["erase"], &fast);
+    assert!(ok, "{out}\n{err}");
+    let done = app.store.erasures.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (done.state.as_str(), done.walked),
+        ("unliked", 120),
+        "{done:?}"
+    );
+    let bucket = likes::hash::bucket_of("vic", topology.buckets) as i32;
+    for i in 0..120 {
+        let edge = app
+            .store
+            .edges
+            .read(&format!("item-{i}"), bucket, "vic")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!edge.liked, "item-{i} is still liked by the erased user");
+    }
+    // A second run changes nothing.
+    let (ok, out, err) = common::likes(&["erase", "--user", "vic"], &fast);
+    assert!(ok, "{out}\n{err}");
+    let again = app.store.erasures.get(&id).await.unwrap().unwrap();
+    assert_eq!((again.walked, again.unliked), (done.walked, done.unliked));
+
+    stop.store(true, Ordering::Relaxed);
+    assert!(writers.await.unwrap() > 0);
+    let counts = converge(&mut run, &settings, &app).await;
+    for i in 10..120 {
+        assert_eq!(
+            counts.get(&format!("item-{i}")),
+            None,
+            "only the erased user liked item-{i}"
+        );
+    }
+
+    // The purge, once due (2 x relay_min_age after the unlikes here): the user is gone.
+    tokio::time::sleep(Duration::from_secs(17)).await;
+    let (ok, out, err) = common::likes(&["erase"], &fast);
+    assert!(ok, "{out}\n{err}");
+    let r = client
+        .http
+        .get(format!("{url}/{id}"))
+        .header("X-Admin-Token", ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let purged: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(purged["state"], "purged", "{purged}");
+    assert!(
+        purged["userId"].is_null(),
+        "the record no longer names the user: {purged}"
+    );
+    for i in 0..120 {
+        assert_eq!(
+            app.store
+                .edges
+                .read(&format!("item-{i}"), bucket, "vic")
+                .await
+                .unwrap(),
+            None
+        );
+    }
+    assert_eq!(
+        converge(&mut run, &settings, &app).await,
+        counts,
+        "the purge moves no count"
+    );
+    run.stop().await;
+    fx::teardown(&settings, &topology).await;
+}
+
+/// Test-only: moves a counter row by `by` behind the pipeline's back (through its own
+/// compare-and-set, so stage 2 then adds on top of the corrupted value).
+async fn corrupt(p: &Pipeline, item: &str, by: i64) {
+    let ks = &p.settings.cql.keyspace;
+    let shard = p.topology.counter_shard(item);
+    loop {
+        let (count, w, _) = p.count_row(item).await.unwrap();
+        let r = p
+            .session
+            .query_unpaged(
+                format!("UPDATE {ks}.like_counts SET count = ? WHERE shard = ? AND item_id = ? IF count = ? AND last_window = ?"),
+                (count + by, shard, item, count, w),
+            )
+            .await
+            .unwrap();
+        if likes::store::not_applied(r).unwrap().is_none() {
+            return;
+        }
+    }
+}
+
+fn drifted(r: &drift::DriftReport) -> BTreeMap<String, i64> {
+    r.drifted()
+        .into_iter()
+        .map(|(i, d)| (i.to_string(), d))
+        .collect()
+}
+
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drift_and_reconcile_under_live_writes() {
+    use likes::ops::reconcile;
+
+    let (settings, topology, app, client) = api::serve_with("reconcile", quick).await;
+    let mut run = fx::start(&settings, &topology);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = churn(client.clone(), 8, 2, stop.clone());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let p = Pipeline::connect(&settings, &topology).await.unwrap();
+
+    let healthy = drift::run(&p, &Scope::All).await.unwrap();
+    assert_eq!(drifted(&healthy), BTreeMap::new(), "{healthy}");
+    assert!(healthy.items.len() >= 6, "{healthy}");
+
+    corrupt(&p, "item-3", 5).await;
+    corrupt(&p, "item-5", -2).await;
+    let report = drift::run(&p, &Scope::All).await.unwrap();
+    let want: BTreeMap<String, i64> =
+        [("item-3".to_string(), 5), ("item-5".to_string(), -2)].into();
+    assert_eq!(drifted(&report), want, "{report}");
+    assert!(
+        report.gauges().contains("likes_drift_abs 7"),
+        "{}",
+        report.gauges()
+    );
+
+    // A run stopped right after sending its first correction, then run again.
+    fail::cfg("reconcile-after-send", "1*return").unwrap();
+    let items = p.all_items().await.unwrap();
+    let stopped = reconcile::run(&p, items.clone(), false, "test").await;
+    fail::remove("reconcile-after-send");
+    assert!(
+        stopped.is_err(),
+        "the fail point stops the run after one send"
+    );
+    let again = reconcile::run(&p, items.clone(), false, "test")
+        .await
+        .unwrap();
+    assert_eq!(
+        again.corrections.len(),
+        1,
+        "only the item not sent before: {again}"
+    );
+    assert!(
+        again.corrections.iter().all(|c| c.applied == Some(true)),
+        "{again}"
+    );
+    let after = drift::run(&p, &Scope::All).await.unwrap();
+    assert_eq!(drifted(&after), BTreeMap::new(), "{after}");
+    let nothing = reconcile::run(&p, items, false, "test").await.unwrap();
+    assert!(
+        nothing.corrections.is_empty(),
+        "a second reconcile sends nothing: {nothing}"
+    );
+
+    // The same correction record sent twice: the correction fence refuses the copy.
+    let sent = again.corrections[0].clone();
+    let row = p.count_row(&sent.item).await.unwrap();
+    resend(&settings, &topology, &sent, row.2.unwrap()).await;
+    p.wait_counted().await.unwrap();
+    let later = drift::run(&p, &Scope::Items(vec![sent.item.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(drifted(&later), BTreeMap::new(), "{later}");
+
+    stop.store(true, Ordering::Relaxed);
+    writers.await.unwrap();
+    converge(&mut run, &settings, &app).await;
+    run.stop().await;
+    fx::teardown(&settings, &topology).await;
+}
+
+/// Sends a copy of an applied correction (same id, same cut, same predecessor).
+#[cfg(feature = "failpoints")]
+async fn resend(
+    settings: &Settings,
+    topology: &Topology,
+    c: &likes::ops::reconcile::Sent,
+    cut: i64,
+) {
+    use likes::schema::v1::{delta_record, Correction, DeltaRecord};
+    use prost::Message as _;
+    let producer: rdkafka::producer::FutureProducer =
+        likes::kafka::producer_config(&settings.kafka)
+            .create()
+            .unwrap();
+    let record = DeltaRecord {
+        record: Some(delta_record::Record::Correction(Correction {
+            item_id: c.item.clone(),
+            delta: c.delta,
+            correction_id: c.id.clone(),
+            reason: "copy".into(),
+            snapshot_time_ms: cut,
+            after_snapshot_time_ms: 0,
+        })),
+    }
+    .encode_to_vec();
+    producer
+        .send(
+            rdkafka::producer::FutureRecord::to(&settings.topic(&topology.topics.deltas.name))
+                .key(c.item.as_bytes())
+                .payload(&record),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rebuild_after_dropping_the_counter_table_equals_ground_truth() {
+    use likes::runtime::shutdown::CancellationToken;
+    use likes::runtime::supervise::Health;
+
+    let (settings, topology, app, client) = api::serve_with("rebuild", quick).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = churn(client.clone(), 12, 3, stop.clone());
+    let stages = CancellationToken::new();
+    let (s, t, st) = (settings.clone(), topology.clone(), stages.clone());
+    let dedupe = tokio::task::spawn_blocking(move || {
+        likes::dedupe::run(&s, &t, st, Health::new("dedupe", Duration::from_secs(120)))
+    });
+    let start_count = |stop: CancellationToken| {
+        let (s, t) = (settings.clone(), topology.clone());
+        tokio::spawn(async move {
+            likes::count::run(&s, &t, stop, Health::new("count", Duration::from_secs(120))).await
+        })
+    };
+    let count_stop = CancellationToken::new();
+    let count = start_count(count_stop.clone());
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    // Stage 2 stopped, the table lost; the stream goes on.
+    count_stop.cancel();
+    count.await.unwrap().unwrap();
+    let session = likes::cql::connect(&settings.cql).await.unwrap();
+    session
+        .query_unpaged(
+            format!("DROP TABLE {}.like_counts", settings.cql.keyspace),
+            (),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    likes::cmd::migrate::run(&session, &settings.cql)
+        .await
+        .unwrap();
+
+    let p = Pipeline::connect(&settings, &topology).await.unwrap();
+    let report = likes::ops::rebuild::run(&p).await.unwrap();
+    assert!(report.rows > 0, "{report}");
+    let count_stop = CancellationToken::new();
+    let count = start_count(count_stop.clone());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Relaxed);
+    writers.await.unwrap();
+
+    let want = truth(&app).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let have = loop {
+        let have = fx::nonzero(&fx::counts(&settings).await);
+        if have == want || std::time::Instant::now() > deadline {
+            break have;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(
+        have, want,
+        "rebuilt counts plus the replayed tail equal the LIKED edges"
+    );
+    count_stop.cancel();
+    stages.cancel();
+    count.await.unwrap().unwrap();
+    dedupe.await.unwrap().unwrap();
+    fx::teardown(&settings, &topology).await;
+}
