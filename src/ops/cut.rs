@@ -62,24 +62,38 @@ pub fn liked_at(
     keys: &BTreeMap<i32, String>,
     k: i64,
 ) -> Option<bool> {
-    if op_id == 0 || updated_at < k {
+    if op_id == 0 || (updated_at < k && (op_id == 1 || prev_at < k)) {
         // Never flipped (an unlike that created the row), or not since K.
         return Some(liked && op_id > 0);
     }
-    // The time of each op_id the row still knows (op 0: the row did not exist, unliked).
+    // The flip time of each op_id the row still knows (op 0: the row did not exist,
+    // unliked), and the latest op known to exist before K: a flip before K, or any
+    // remembered request before K (a no-op records the op_id it found).
     let mut at: BTreeMap<i64, i64> = BTreeMap::from([(op_id, updated_at), (0, i64::MIN)]);
     if op_id > 1 {
         at.insert(op_id - 1, prev_at);
     }
+    let mut before = 0;
     for r in keys.values().filter_map(|v| Remembered::decode(v)) {
         if r.changed {
             at.insert(r.op_id, r.at_ms);
         }
+        if r.at_ms < k {
+            before = before.max(r.op_id);
+        }
     }
-    // The last op before K, provided the op after it is known to be at or after K.
-    let (&before, _) = at.iter().rev().find(|(_, &t)| t < k)?;
-    let next = at.get(&(before + 1))?;
-    if *next < k {
+    for (&op, &t) in &at {
+        if t < k {
+            before = before.max(op);
+        }
+    }
+    // Two requests racing across K can stamp their flips out of op order (the later op
+    // with the earlier time): the edge clock does not order such an edge at K.
+    if at.range(..=before).any(|(_, &t)| t >= k) {
+        return None;
+    }
+    // The state at K is op `before`'s, provided the op after it is known to be at or after K.
+    if *at.get(&(before + 1))? < k {
         return None;
     }
     let state_of = |op: i64| {
@@ -557,13 +571,22 @@ mod tests {
     use super::*;
 
     fn keys(flips: &[(i64, i64)]) -> BTreeMap<i32, String> {
-        flips
-            .iter()
+        requests(
+            &flips
+                .iter()
+                .map(|&(op, at)| (op, at, true))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// (op_id after the request, its time, whether it flipped)
+    fn requests(reqs: &[(i64, i64, bool)]) -> BTreeMap<i32, String> {
+        reqs.iter()
             .enumerate()
-            .map(|(i, &(op, at))| {
+            .map(|(i, &(op, at, changed))| {
                 let r = Remembered {
                     liked: op % 2 == 1,
-                    changed: true,
+                    changed,
                     op_id: op,
                     at_ms: at,
                     key: format!("u:k{op}"),
@@ -609,5 +632,22 @@ mod tests {
         // A gap: op 2 known at 1200, op 1 forgotten, an older op 0... unknown.
         let k = keys(&[(2, 1200), (3, 1600)]);
         assert_eq!(liked_at(true, 4, 1700, 1650, &k, 1000), None);
+    }
+
+    #[test]
+    fn a_no_op_request_before_the_cut_tells_the_op_the_edge_was_at() {
+        // The flip to op 5 has left the ring; a no-op like at 900 found op 5 (liked). Since
+        // the cut: op 6 at 1100, op 7 at 1300, op 8 (unliked) at 1500.
+        let k = requests(&[(5, 900, false), (6, 1100, true), (7, 1300, true)]);
+        assert_eq!(liked_at(false, 8, 1500, 1300, &k, 1000), Some(true));
+        // Without it, op 6's predecessor is unknown.
+        let k = requests(&[(6, 1100, true), (7, 1300, true)]);
+        assert_eq!(liked_at(false, 8, 1500, 1300, &k, 1000), None);
+    }
+
+    #[test]
+    fn flips_stamped_out_of_op_order_across_the_cut_are_in_flight() {
+        // Op 2 started before the cut but landed after op 1, which started after it.
+        assert_eq!(liked_at(false, 2, 990, 1010, &BTreeMap::new(), 1000), None);
     }
 }

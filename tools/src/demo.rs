@@ -7,6 +7,10 @@
 //! their count and asOf. At the end the count of every item that moved is compared with the edges
 //! (the LIKED rows in `edges`, the source of truth) once the pipeline has caught up, and the
 //! verdict is printed. The processes stay up for a look; `make down` stops them and the stack.
+//!
+//! An account erasure runs mid-load: a user who liked the top items before the load starts is
+//! erased (`POST /v1/admin/erasures`, then `likes erase` as its own process), and the verdict
+//! shows each of those items' counts without that like.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -77,6 +81,9 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
     if settings.api.session_key.is_empty() {
         settings.api.session_key = format!("demo-{:032x}", rand::random::<u128>());
     }
+    if settings.api.admin_token.len() < 32 {
+        settings.api.admin_token = format!("demo-admin-{:032x}", rand::random::<u128>());
+    }
     let dir = demo_dir();
     std::fs::create_dir_all(&dir).map_err(|e| anyhow!(format!("{}: {e}", dir.display())))?;
     stop_earlier(&dir);
@@ -98,6 +105,12 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
     wait_ready(&url, &mut procs, &dir).await?;
 
     let counts = Counts::prepare(session.clone(), &settings.cql.keyspace).await?;
+    let erasure = Erasure::before_load(&settings, topology, &url).await?;
+    say(&format!(
+        "demo: {} liked {} top items; it will be erased mid-load",
+        erasure.user,
+        erasure.items.len()
+    ));
 
     let sc = Scenario::new(seconds as f64, rate);
     let live = Arc::new(Live::default());
@@ -124,13 +137,15 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
         topology,
         live: &live,
         sc: &sc,
+        erasure: &erasure,
     };
     watch.run(&load, started).await?;
     let _ = load.await;
+    erasure.finish(&mut procs).await?;
     let summary = loadgen::Summary::of(&live, started.elapsed());
     say(&format!("\n{summary}"));
 
-    let ok = verdict(&session, &live).await?;
+    let ok = verdict(&session, &live, &erasure).await?;
     say(&format!(
         "\nStill running, for a look:\n  likes api     {url}  (try: curl {url}/v1/items/{VIRAL_ITEM}/count)\n  /metrics      http://127.0.0.1:{API_METRICS}/metrics (api)  :{DEDUPE_METRICS} (dedupe)  :{COUNT_METRICS} (count)\n  namespace     keyspace {DEMO_KEYSPACE}, topics {DEMO_TOPIC_PREFIX}*\n  logs          {}\nStop everything (these processes, Kafka, Cassandra): make down",
         dir.display()
@@ -166,6 +181,7 @@ fn process_env(settings: &Settings, dir: &Path, metrics: u16) -> Vec<(String, St
         ("LIKES__KAFKA__TOPIC_PREFIX", DEMO_TOPIC_PREFIX.to_string()),
         ("LIKES__METRICS__LISTEN", format!("127.0.0.1:{metrics}")),
         ("LIKES__API__SESSION_KEY", settings.api.session_key.clone()),
+        ("LIKES__API__ADMIN_TOKEN", settings.api.admin_token.clone()),
         ("LIKES__API__RELAY", "true".to_string()),
         (
             "LIKES__DEDUPE__STATE_DIR",
@@ -187,6 +203,7 @@ struct Watch<'a> {
     topology: &'a Topology,
     live: &'a Live,
     sc: &'a Scenario,
+    erasure: &'a Erasure,
 }
 
 impl Watch<'_> {
@@ -225,6 +242,16 @@ impl Watch<'_> {
                     self.procs[i].child.id()
                 ));
             }
+            if self.erasure.id.lock().unwrap().is_none() && t.as_secs_f64() >= self.sc.seconds * 0.7
+            {
+                let id = self.erasure.request().await?;
+                self.procs
+                    .push(spawn("erase", "erase", self.dir, self.env)?);
+                event = Some(format!(
+                    "erasure {id} of {} requested; likes erase started",
+                    self.erasure.user
+                ));
+            }
             let phase = phase_at(&self.sc.phases, t);
             let status =
                 match (killed, restarted) {
@@ -240,7 +267,7 @@ impl Watch<'_> {
                 };
             let top = top_items(self.live, 5);
             let rows = read_counts(self.counts, self.topology, &top).await;
-            let text = view.render(
+            let mut text = view.render(
                 t,
                 self.sc.seconds,
                 &phase,
@@ -249,6 +276,9 @@ impl Watch<'_> {
                 &rows,
                 event.as_deref(),
             );
+            if let Some(line) = self.erasure.status().await {
+                text = text.trim_end().to_string() + "\n" + &line + "\n\n";
+            }
             frame += 1;
             if tty {
                 print!("\x1b[H\x1b[2J{text}");
@@ -264,12 +294,18 @@ impl Watch<'_> {
 
 /// Every item that moved (a counter row or a LIKED edge) against its edges, once caught
 /// up; prints a table of the top items and any that differ. True when all agree.
-async fn verdict(session: &Arc<scylla::client::session::Session>, live: &Live) -> Result<bool> {
+async fn verdict(
+    session: &Arc<scylla::client::session::Session>,
+    live: &Live,
+    erasure: &Erasure,
+) -> Result<bool> {
     // The verdict: every item that moved (a counter row or a LIKED edge) against its
     // edges, once caught up; the table shows the top items and any that differ.
     let mut top = top_items(live, TOP);
-    if !top.iter().any(|i| i == VIRAL_ITEM) {
-        top.push(VIRAL_ITEM.to_string());
+    for item in &erasure.items {
+        if !top.contains(item) {
+            top.push(item.clone());
+        }
     }
     say(&format!(
         "\ndemo: load done; waiting up to {} s for the pipeline to catch up (windows close, the relay publishes)",
@@ -292,21 +328,35 @@ async fn verdict(session: &Arc<scylla::client::session::Session>, live: &Live) -
                 rows.push(((*item).clone(), want, count, as_of));
             }
         }
-        let ok = bad == 0;
+        let left = erasure.liked_left(session).await?;
+        let ok = bad == 0 && left == 0;
         if ok || Instant::now() > deadline {
             break (rows, items.len(), ok);
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
-    let mut table =
-        String::from("\n| item | expected (LIKED edges) | counted | asOf |\n|---|---|---|---|\n");
+    let mut table = format!(
+        "\n| item | expected (LIKED edges) | counted | with {}'s erased like | asOf |\n|---|---|---|---|---|\n",
+        erasure.user
+    );
     for (item, expected, count, as_of) in &rows {
+        let erased = if erasure.items.contains(item) {
+            format!("{} (-1)", count + 1)
+        } else {
+            "-".into()
+        };
         table += &format!(
-            "| {item} | {expected} | {count} | {} |{}\n",
+            "| {item} | {expected} | {count} | {erased} | {} |{}\n",
             as_of.map(fmt_time).unwrap_or_else(|| "-".into()),
             if expected == count { "" } else { " MISMATCH" }
         );
     }
+    let left = erasure.liked_left(session).await?;
+    say(&format!(
+        "erasure: {} liked {} items before the load; LIKED edges of that user now: {left}; each of those counts is one lower than it would be with the like (the column above)",
+        erasure.user,
+        erasure.items.len()
+    ));
     say(&table);
     say(&format!(
         "checked {checked} items: every item with a counter row or a LIKED edge"
@@ -314,7 +364,7 @@ async fn verdict(session: &Arc<scylla::client::session::Session>, live: &Live) -
     say(&format!(
         "verdict: {}",
         if ok {
-            "OK: every count equals its edges, across the viral burst and the kill -9 of the count stage"
+            "OK: every count equals its edges, across the viral burst, the kill -9 of the count stage and the erasure"
         } else {
             "MISMATCH: some counts differ from their edges (logs below)"
         }
@@ -486,5 +536,126 @@ fn secs(v: f64) -> String {
         "-".into()
     } else {
         format!("{v:.2} s")
+    }
+}
+
+/// The account erased mid-load: it likes the top items first (the viral one and the head of
+/// the zipf), then an operator requests its erasure and `likes erase` works it.
+struct Erasure {
+    user: String,
+    items: Vec<String>,
+    http: reqwest::Client,
+    url: String,
+    admin_token: String,
+    /// The user's bucket: where its edge rows are.
+    bucket: i32,
+    id: std::sync::Mutex<Option<String>>,
+}
+
+impl Erasure {
+    async fn before_load(settings: &Settings, topology: &Topology, url: &str) -> Result<Self> {
+        let user = format!("celebrity-{}", likes::runtime::clock::now_ms());
+        let mut items = vec![VIRAL_ITEM.to_string()];
+        items.extend((1..=10).map(|i| format!("item-{i}")));
+        let signer = likes::api::auth::Signer::from_session_key(&settings.api.session_key)?;
+        let token = signer.sign(&user, likes::runtime::clock::now_ms() / 1000 + 3600);
+        let http = reqwest::Client::new();
+        for item in &items {
+            let r = http
+                .post(format!("{url}/v1/items/{item}/likes"))
+                .bearer_auth(&token)
+                .header("Idempotency-Key", format!("{user}-{item}"))
+                .send()
+                .await?;
+            if !r.status().is_success() {
+                return Err(anyhow!("{user} liking {item}: {}", r.status()));
+            }
+        }
+        Ok(Self {
+            items,
+            http,
+            url: url.to_string(),
+            admin_token: settings.api.admin_token.clone(),
+            bucket: likes::hash::bucket_of(&user, topology.buckets) as i32,
+            id: std::sync::Mutex::new(None),
+            user,
+        })
+    }
+
+    /// `POST /v1/admin/erasures`: the erasure's id.
+    async fn request(&self) -> Result<String> {
+        let r = self
+            .http
+            .post(format!("{}/v1/admin/erasures", self.url))
+            .header("X-Admin-Token", &self.admin_token)
+            .json(&serde_json::json!({ "userId": self.user }))
+            .send()
+            .await?;
+        if r.status() != reqwest::StatusCode::ACCEPTED {
+            return Err(anyhow!("requesting the erasure: {}", r.status()));
+        }
+        let body: serde_json::Value = r.json().await?;
+        let id = body["id"].as_str().unwrap_or_default().to_string();
+        *self.id.lock().unwrap() = Some(id.clone());
+        Ok(id)
+    }
+
+    /// `GET /v1/admin/erasures/{id}`, as a line of the live view.
+    async fn status(&self) -> Option<String> {
+        let id = self.id.lock().unwrap().clone()?;
+        let r = self
+            .http
+            .get(format!("{}/v1/admin/erasures/{id}", self.url))
+            .header("X-Admin-Token", &self.admin_token)
+            .send()
+            .await
+            .ok()?;
+        let e: serde_json::Value = r.json().await.ok()?;
+        Some(format!(
+            "erasure   {id} of {}: {} (items walked {}, unliked {})",
+            self.user, e["state"], e["walked"], e["unliked"]
+        ))
+    }
+
+    /// Waits for `likes erase` to finish its walk (the purge is days later, by design).
+    async fn finish(&self, procs: &mut [Proc]) -> Result<()> {
+        let Some(p) = procs.iter_mut().find(|p| p.name == "erase") else {
+            return Err(anyhow!(
+                "the erasure was never requested (a run shorter than the scenario?)"
+            ));
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = p.child.try_wait()? {
+                if !status.success() {
+                    return Err(anyhow!("likes erase failed ({status}); see its log"));
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(anyhow!("likes erase still running after 60 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        if let Some(line) = self.status().await {
+            say(&format!("demo: {line}"));
+        }
+        Ok(())
+    }
+
+    /// LIKED edges the erased user still has (0 once erased).
+    async fn liked_left(&self, session: &Arc<scylla::client::session::Session>) -> Result<usize> {
+        let store = likes::store::edges::Edges::prepare(session.clone(), DEMO_KEYSPACE).await?;
+        let mut left = 0;
+        for item in &self.items {
+            if store
+                .read(item, self.bucket, &self.user)
+                .await?
+                .is_some_and(|e| e.liked)
+            {
+                left += 1;
+            }
+        }
+        Ok(left)
     }
 }
