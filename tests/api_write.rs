@@ -410,6 +410,8 @@ async fn a_count_before_any_window_is_zero_and_every_route_is_documented() {
         "/v1/items/{itemId}/count:",
         "/v1/likes:batchGet:",
         "/v1/admin/retractions:",
+        "/v1/admin/erasures:",
+        "/v1/admin/erasures/{id}:",
         "/healthz:",
         "/readyz:",
     ] {

@@ -336,14 +336,13 @@ async fn verdict(
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
     let mut table = format!(
-        "\n| item | expected (LIKED edges) | counted | with {}'s erased like | asOf |\n|---|---|---|---|---|\n",
+        "\n| item | expected (LIKED edges) | counted | {}'s like (before → after erasure) | asOf |\n|---|---|---|---|---|\n",
         erasure.user
     );
     for (item, expected, count, as_of) in &rows {
-        let erased = if erasure.items.contains(item) {
-            format!("{} (-1)", count + 1)
-        } else {
-            "-".into()
+        let erased = match erasure.likes_now(session, item).await? {
+            Some(now) => format!("1 → {}", u8::from(now)),
+            None => "-".into(),
         };
         table += &format!(
             "| {item} | {expected} | {count} | {erased} | {} |{}\n",
@@ -353,7 +352,7 @@ async fn verdict(
     }
     let left = erasure.liked_left(session).await?;
     say(&format!(
-        "erasure: {} liked {} items before the load; LIKED edges of that user now: {left}; each of those counts is one lower than it would be with the like (the column above)",
+        "erasure: {} liked {} items before the load (each like answered changed: true); LIKED edges of that user now: {left}. Each of those items' count equals its LIKED edges, which no longer hold that like: the count dropped by exactly it",
         erasure.user,
         erasure.items.len()
     ));
@@ -567,8 +566,9 @@ impl Erasure {
                 .header("Idempotency-Key", format!("{user}-{item}"))
                 .send()
                 .await?;
-            if !r.status().is_success() {
-                return Err(anyhow!("{user} liking {item}: {}", r.status()));
+            let answer: serde_json::Value = r.json().await.unwrap_or_default();
+            if answer["changed"] != serde_json::json!(true) {
+                return Err(anyhow!("{user} liking {item}: {answer}"));
             }
         }
         Ok(Self {
@@ -641,6 +641,24 @@ impl Erasure {
             say(&format!("demo: {line}"));
         }
         Ok(())
+    }
+
+    /// Whether the erased user's edge on `item` is LIKED now (None: not one of its items).
+    async fn likes_now(
+        &self,
+        session: &Arc<scylla::client::session::Session>,
+        item: &str,
+    ) -> Result<Option<bool>> {
+        if !self.items.iter().any(|i| i == item) {
+            return Ok(None);
+        }
+        let store = likes::store::edges::Edges::prepare(session.clone(), DEMO_KEYSPACE).await?;
+        Ok(Some(
+            store
+                .read(item, self.bucket, &self.user)
+                .await?
+                .is_some_and(|e| e.liked),
+        ))
     }
 
     /// LIKED edges the erased user still has (0 once erased).
