@@ -381,17 +381,24 @@ impl Dedupe {
             }
             Verdict::Apply { delta, state } => {
                 batch.edges.insert(key, (state, p));
+                let [skipped, own] = rule::placed(remembered, valid.flip, delta);
+                if skipped.1 != 0 {
+                    // A skipped op's change, in its own second (weighing no flip of its own).
+                    let e = batch
+                        .items
+                        .entry((valid.event.item_id.clone(), skipped.0.div_euclid(1000)))
+                        .or_insert((0, i64::MAX, 0, 0));
+                    e.0 += skipped.1;
+                    e.1 = e.1.min(skipped.0);
+                }
                 let e = batch
                     .items
-                    .entry((
-                        valid.event.item_id,
-                        valid.flip.event_time_ms.div_euclid(1000),
-                    ))
+                    .entry((valid.event.item_id, own.0.div_euclid(1000)))
                     .or_insert((0, i64::MAX, 0, 0));
-                e.0 += delta;
-                e.1 = e.1.min(valid.flip.event_time_ms);
+                e.0 += own.1;
+                e.1 = e.1.min(own.0);
                 e.2 += 1;
-                e.3 = e.3.saturating_add(valid.flip.event_time_ms);
+                e.3 = e.3.saturating_add(own.0);
             }
         }
         Ok(())

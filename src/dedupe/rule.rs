@@ -82,6 +82,29 @@ pub fn apply(remembered: Option<EdgeVersion>, flip: Flip, now_ms: i64, horizon_m
     Verdict::Apply { delta, state }
 }
 
+/// Where on the edge clock a flip's delta happened, as (event time, delta) parts. A flip
+/// that skips ops stage 1 never counted (superseded before it was published, or overtaken by
+/// it) changes the count in two steps: to op_id − 1's state, at that op's time
+/// (`prev_event_time_ms`), and to its own state at its own time. Reconcile and rebuild split
+/// the deltas log at a second of that clock (ops/cut.rs); without the split, the skipped
+/// op's change would land in the later flip's second and a cut between the two would see a
+/// false ±1. The parts sum to `delta`.
+pub fn placed(remembered: Option<EdgeVersion>, flip: Flip, delta: i64) -> [(i64, i64); 2] {
+    let skipped = match remembered {
+        Some(r) => flip.op_id > r.op_id + 1,
+        None => flip.op_id > 1,
+    };
+    if !skipped || flip.prev_event_time_ms <= 0 {
+        return [(flip.event_time_ms, delta), (flip.event_time_ms, 0)];
+    }
+    // op_id − 1 is the opposite state (flips alternate).
+    let last = i64::from(flip.liked) - i64::from(!flip.liked);
+    [
+        (flip.prev_event_time_ms, delta - last),
+        (flip.event_time_ms, last),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +120,52 @@ mod tests {
             liked: op_id % 2 == 1,
             event_time_ms: t,
             prev_event_time_ms: if op_id > 1 { t - 1000 } else { 0 },
+        }
+    }
+
+    #[test]
+    fn a_skipped_op_is_placed_at_its_own_time() {
+        let liked3 = EdgeVersion {
+            op_id: 3,
+            liked: true,
+            event_time_ms: flip(3).event_time_ms,
+        };
+        // Op 5 (like) after op 3 (like), op 4 (unlike) never seen: -1 at op 4's time, +1 at
+        // op 5's; the net 0 is what `apply` counts.
+        let Verdict::Apply { delta, .. } = apply(Some(liked3), flip(5), NOW, H) else {
+            panic!("applies")
+        };
+        let parts = placed(Some(liked3), flip(5), delta);
+        assert_eq!(
+            parts,
+            [(flip(4).event_time_ms, -1), (flip(5).event_time_ms, 1)]
+        );
+        // Nothing remembered, op 4 (unlike) first: op 3's like never counted, so +1 then -1.
+        let Verdict::Apply { delta, .. } = apply(None, flip(4), NOW, H) else {
+            panic!("applies")
+        };
+        assert_eq!(
+            placed(None, flip(4), delta),
+            [(flip(3).event_time_ms, 1), (flip(4).event_time_ms, -1)]
+        );
+        // The next op: all at its own time.
+        assert_eq!(
+            placed(Some(liked3), flip(4), -1)[0],
+            (flip(4).event_time_ms, -1)
+        );
+        // Every order of every flip: the parts sum to the delta.
+        for from in 0..6u64 {
+            for to in (from + 1)..8 {
+                let r = (from > 0).then(|| EdgeVersion {
+                    op_id: from,
+                    liked: from % 2 == 1,
+                    event_time_ms: flip(from).event_time_ms,
+                });
+                if let Verdict::Apply { delta, .. } = apply(r, flip(to), NOW, H) {
+                    let p = placed(r, flip(to), delta);
+                    assert_eq!(p[0].1 + p[1].1, delta);
+                }
+            }
         }
     }
 

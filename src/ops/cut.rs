@@ -541,7 +541,7 @@ impl Pipeline {
                 item: item.clone(),
                 row: rows[item],
                 applied_since: applied.get(item).copied().unwrap_or(0),
-                recount: by_item.remove(item).unwrap_or(Ok(0)),
+                recount: by_item.get(item).cloned().unwrap_or(Ok(0)),
             })
             .collect())
     }

@@ -20,7 +20,11 @@ pub enum Scope {
 
 pub async fn items_of(p: &Pipeline, scope: &Scope) -> Result<Vec<String>> {
     Ok(match scope {
-        Scope::Items(v) => v.clone(),
+        Scope::Items(v) => {
+            // Each item once: a repeated one must not be recounted as empty.
+            let set: std::collections::BTreeSet<&String> = v.iter().collect();
+            set.into_iter().cloned().collect()
+        }
         Scope::All => p.all_items().await?,
         Scope::Sample(n) => {
             let mut by_count: Vec<(String, i64)> = p

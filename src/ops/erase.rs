@@ -2,8 +2,9 @@
 //! through the normal write path, rate-limited; no special repair machinery").
 //!
 //! 1. **Unlike.** Each LIKED edge of the user is unliked by the API's own write path, marked
-//!    `SOURCE_ERASURE`, under the request key `e:<erasure id>` (the operators' namespace), so
-//!    the count drops through the pipeline and a re-run replays instead of writing again. The
+//!    `SOURCE_ERASURE`, under the request key `e:<erasure id>-<op_id>` (the operators'
+//!    namespace; the op_id names the like taken back), so the count drops through the
+//!    pipeline and a re-run replays instead of writing again. The
 //!    walk goes in item order and checkpoints its position on the erasure record: a killed
 //!    job resumes there.
 //! 2. **Purge,** `ops.erase_purge_after` later (past the dedupe horizon, see the config):
@@ -220,7 +221,10 @@ async fn work(app: &Arc<App>, st: &Statements, pace: &Pace, mut e: Erasure) -> R
     Ok(store.get(&e.id).await?.unwrap_or(e))
 }
 
-/// Unlikes one edge if it is LIKED; whether this request flipped it.
+/// Unlikes one edge if it is LIKED; whether this request flipped it. The request key names
+/// the like it takes back (`<erasure id>-<op_id>`): a retry of this unlike replays, and a
+/// like made again later is a new op, taken back by a new request rather than answered by
+/// the old one's replay.
 async fn unlike(app: &App, user: &str, item: &str, id: &str) -> Result<bool> {
     let bucket = crate::hash::bucket_of(user, app.topology.buckets) as i32;
     let Some(edge) = app.store.edges.read(item, bucket, user).await? else {
@@ -229,46 +233,59 @@ async fn unlike(app: &App, user: &str, item: &str, id: &str) -> Result<bool> {
     if !edge.liked {
         return Ok(false);
     }
-    let answer = crate::api::write::write_as(app, user, item, false, id, Source::Erasure)
+    let key = format!("{id}-{}", edge.op_id);
+    let answer = crate::api::write::write_as(app, user, item, false, &key, Source::Erasure)
         .await
         .map_err(|e| Error::CqlTransient(format!("unliking {item} for erasure {id}: {e:?}")))?;
     Ok(answer.changed)
 }
 
 async fn purge(app: &App, st: &Statements, e: &Erasure, user: &str) -> Result<()> {
-    info!(id = %e.id, "erase: purging the user's rows");
     let bucket = crate::hash::bucket_of(user, app.topology.buckets) as i32;
-    let mut after = String::new();
+    // First a check that nothing was liked again since the walk (a session that outlived
+    // the account): such a like is taken back and the purge waits its turn again, so that
+    // no row is deleted while its unlike may still be on its way through the relay.
+    let mut items: Vec<String> = Vec::new();
     loop {
-        let items = st.items_after(app, user, &after).await?;
-        let Some(last) = items.last().cloned() else {
+        let after = items.last().map_or("", String::as_str);
+        let page = st.items_after(app, user, after).await?;
+        if page.is_empty() {
             break;
-        };
-        for item in &items {
-            for _ in 0..10 {
-                let Some(edge) = app.store.edges.read(item, bucket, user).await? else {
-                    break;
-                };
-                if edge.liked {
-                    // Liked again after the walk (a session that outlived the account): take
-                    // it back first, under a key of its own.
-                    let key = format!("{}-purge", e.id);
-                    unlike(app, user, item, &key).await?;
-                    continue;
-                }
-                let r = app
-                    .session
-                    .execute_unpaged(&st.delete_edge, (item, bucket, user, edge.op_id))
-                    .await?;
-                if crate::store::not_applied(r)?.is_none() {
-                    break;
-                }
-            }
-            app.session
-                .execute_unpaged(&st.delete_retractions, (item, user))
-                .await?;
         }
-        after = last;
+        items.extend(page);
+    }
+    let mut relikes = 0;
+    for item in &items {
+        relikes += i64::from(unlike(app, user, item, &e.id).await?);
+    }
+    if relikes > 0 {
+        warn!(id = %e.id, relikes, "erase: likes made after the walk were taken back; the purge waits again");
+        app.store.erasures.mark_unliked(&e.id, now_ms()).await?;
+        return Ok(());
+    }
+    info!(id = %e.id, "erase: purging the user's rows");
+    for item in &items {
+        if let Some(edge) = app.store.edges.read(item, bucket, user).await? {
+            if edge.liked {
+                return Err(Error::State(format!(
+                    "erasure {}: {item} was liked again during the purge; run again",
+                    e.id
+                )));
+            }
+            let r = app
+                .session
+                .execute_unpaged(&st.delete_edge, (item, bucket, user, edge.op_id))
+                .await?;
+            if crate::store::not_applied(r)?.is_some() {
+                return Err(Error::State(format!(
+                    "erasure {}: {item}'s edge changed during the purge; run again",
+                    e.id
+                )));
+            }
+        }
+        app.session
+            .execute_unpaged(&st.delete_retractions, (item, user))
+            .await?;
     }
     app.session
         .execute_unpaged(&st.delete_by_user, (user,))

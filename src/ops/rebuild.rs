@@ -166,6 +166,11 @@ async fn finish(
                 if clock >= w0 && split.is_none() {
                     split = Some(offset);
                 }
+                if let Some(Input::Correction { item, .. }) = &input {
+                    // Its item gets a row with the rebuild's correction fence, so a correction
+                    // computed before the rebuild is refused even where the count is 0.
+                    value.entry(item.clone()).or_insert(0);
+                }
                 if let Some(Input::Delta {
                     item,
                     delta,
@@ -201,10 +206,6 @@ async fn finish(
         let v = (*v).max(0);
         likes += v;
         let existing = p.count_row(item).await?;
-        if v == 0 && existing == (0, None, None) {
-            progress.add(1);
-            continue;
-        }
         write_row(p, item, v, w0, k, existing).await?;
         rows += 1;
         progress.add(1);

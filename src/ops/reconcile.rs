@@ -99,6 +99,9 @@ pub async fn run(
     let mut todo = items;
     for attempt in 1..=ATTEMPTS {
         let k = cut::choose();
+        // What the rows' correction fence records for this run: the cut, plus a
+        // millisecond drawn per run, so two runs within one second do not share it.
+        let tag = k + rand::random_range(1..1000);
         report.cuts.push(k);
         info!(
             cut = k,
@@ -125,7 +128,7 @@ pub async fn run(
             if drift == 0 {
                 continue;
             }
-            let id = format!("{}@{k}", v.item);
+            let id = format!("{}@{tag}", v.item);
             let c = Sent {
                 item: v.item.clone(),
                 delta: -drift,
@@ -139,7 +142,7 @@ pub async fn run(
                         delta: -drift,
                         correction_id: id.clone(),
                         reason: reason.to_string(),
-                        snapshot_time_ms: k,
+                        snapshot_time_ms: tag,
                         after_snapshot_time_ms: v.row.2.unwrap_or(0),
                     })),
                 }
@@ -165,7 +168,7 @@ pub async fn run(
             p.wait_counted().await?;
             for c in &mut sent {
                 let row = p.count_row(&c.item).await?;
-                let applied = row.2 == Some(k);
+                let applied = row.2 == Some(tag);
                 if !applied {
                     warn!(item = %c.item, id = %c.id, "correction refused by the correction fence");
                 }
