@@ -62,7 +62,11 @@ fn churn(
             } else {
                 client.unlike(&user, &item, &key).await
             };
-            assert_eq!(s, StatusCode::OK, "{body}");
+            // Shed under load (503 with Retry-After) is an answer too: the edges are the truth.
+            assert!(
+                s == StatusCode::OK || s == StatusCode::SERVICE_UNAVAILABLE,
+                "{s}: {body}"
+            );
             n += 1;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -383,6 +387,8 @@ async fn rebuild_after_dropping_the_counter_table_equals_ground_truth() {
     let stop = Arc::new(AtomicBool::new(false));
     let writers = churn(client.clone(), 12, 3, stop.clone());
     let stages = CancellationToken::new();
+    // A failing assertion must fail the test, not hang its runtime on stage 1's thread.
+    let _stop_on_drop = stages.clone().drop_guard();
     let (s, t, st) = (settings.clone(), topology.clone(), stages.clone());
     let dedupe = tokio::task::spawn_blocking(move || {
         likes::dedupe::run(&s, &t, st, Health::new("dedupe", Duration::from_secs(120)))

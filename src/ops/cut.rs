@@ -519,22 +519,27 @@ impl Pipeline {
     /// Every item at the cut: rows first, then the log (so every delta the rows applied is
     /// on it), then the edges.
     pub async fn items_at(&self, items: &[String], k: i64) -> Result<Vec<ItemAtCut>> {
-        use futures::stream::{self, StreamExt};
-        let mut rows = HashMap::new();
-        for item in items {
-            rows.insert(item.clone(), self.count_row(item).await?);
-        }
+        use futures::stream::{self, StreamExt, TryStreamExt};
+        let n = self.settings.ops.recount_concurrency;
+        let rows: HashMap<String, CountRow> = stream::iter(items)
+            .map(|item| async move { Ok::<_, Error>((item.clone(), self.count_row(item).await?)) })
+            .buffer_unordered(n)
+            .try_collect()
+            .await?;
+        // One read of the deltas log for every item.
         let applied = self.applied_since(&rows, k)?;
-        let recounts: Vec<Result<(String, std::result::Result<i64, String>)>> = stream::iter(items)
-            .map(|item| async move { Ok((item.clone(), self.recount(item, k).await?)) })
-            .buffer_unordered(self.settings.ops.recount_concurrency)
-            .collect()
-            .await;
+        let mut progress =
+            super::progress::Progress::new("items recounted", Some(items.len() as u64));
+        let mut recounts = stream::iter(items)
+            .map(|item| async move { Ok::<_, Error>((item.clone(), self.recount(item, k).await?)) })
+            .buffer_unordered(n);
         let mut by_item = HashMap::new();
-        for r in recounts {
+        while let Some(r) = recounts.next().await {
             let (item, rc) = r?;
             by_item.insert(item, rc);
+            progress.add(1);
         }
+        progress.finish();
         Ok(items
             .iter()
             .map(|item| ItemAtCut {

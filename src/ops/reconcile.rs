@@ -25,7 +25,6 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tracing::{info, warn};
 
 use super::cut::{self, Pipeline};
-use super::progress::Progress;
 use crate::error::Result;
 use crate::schema::v1::{delta_record, Correction, DeltaRecord};
 
@@ -110,13 +109,7 @@ pub async fn run(
             "reconcile: waiting for the pipeline to pass the cut"
         );
         p.wait_past(k, true).await?;
-        let mut progress = Progress::new("recounted items", Some(todo.len() as u64));
-        let mut views = Vec::new();
-        for chunk in todo.chunks(256) {
-            views.extend(p.items_at(chunk, k).await?);
-            progress.add(chunk.len() as u64);
-        }
-        progress.finish();
+        let views = p.items_at(&todo, k).await?;
         let mut again = Vec::new();
         let mut sent = Vec::new();
         for v in views {

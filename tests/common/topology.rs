@@ -189,6 +189,9 @@ pub struct Running {
     stop: CancellationToken,
     dedupe: tokio::task::JoinHandle<likes::Result<dedupe::DedupeStats>>,
     count: tokio::task::JoinHandle<likes::Result<count::sink::SinkStats>>,
+    /// Stops the stages when a failing test unwinds: the runtime's shutdown waits for stage
+    /// 1's blocking thread, so without it a failed assertion hangs instead of failing.
+    _stop_on_drop: tokio_util::sync::DropGuard,
 }
 
 pub fn start(settings: &Settings, topology: &Topology) -> Running {
@@ -202,6 +205,7 @@ pub fn start(settings: &Settings, topology: &Topology) -> Running {
     let h = health("count");
     let count = tokio::spawn(async move { count::run(&s, &t, st, h).await });
     Running {
+        _stop_on_drop: stop.clone().drop_guard(),
         stop,
         dedupe,
         count,
