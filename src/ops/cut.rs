@@ -108,6 +108,28 @@ pub fn liked_at(
     Some(state_of(before))
 }
 
+/// An edge's history as stored: state, op_id, updated_at, prev_at, recent_keys.
+pub type StoredHistory = (
+    Option<i8>,
+    Option<i64>,
+    Option<CqlTimestamp>,
+    Option<CqlTimestamp>,
+    Option<BTreeMap<i32, String>>,
+);
+
+/// [`liked_at`] of an edge as the scans read it.
+pub fn stored_liked_at(h: StoredHistory, k: i64) -> Option<bool> {
+    let (state, op, at, prev, keys) = h;
+    liked_at(
+        state == Some(crate::schema::v1::EdgeState::Liked as i8),
+        op.unwrap_or(0),
+        at.map_or(0, |t| t.0),
+        prev.map_or(0, |t| t.0),
+        &keys.unwrap_or_default(),
+        k,
+    )
+}
+
 /// An item's counter row: (count, last_window, last_correction).
 pub type CountRow = (i64, Option<i64>, Option<i64>);
 
@@ -382,15 +404,7 @@ impl Pipeline {
                     Option<BTreeMap<i32, String>>,
                 )>()?;
             while let Some((user, state, op, at, prev, keys)) = rows.try_next().await? {
-                let is_liked = state == Some(crate::schema::v1::EdgeState::Liked as i8);
-                match liked_at(
-                    is_liked,
-                    op.unwrap_or(0),
-                    at.map_or(0, |t| t.0),
-                    prev.map_or(0, |t| t.0),
-                    &keys.unwrap_or_default(),
-                    k,
-                ) {
+                match stored_liked_at((state, op, at, prev, keys), k) {
                     Some(true) => liked += 1,
                     Some(false) => {}
                     None => return Ok(Err(user)),

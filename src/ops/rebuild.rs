@@ -28,7 +28,6 @@ use super::cut::{self, Pipeline};
 use super::progress::Progress;
 use crate::count::Input;
 use crate::error::{Error, Result};
-use crate::schema::v1::EdgeState;
 
 #[derive(Debug)]
 pub struct RebuildReport {
@@ -125,15 +124,7 @@ async fn recount_all(
     let mut out = BTreeMap::new();
     let mut progress = Progress::new("edges recounted", None);
     while let Some((item, user, state, op, at, prev, keys)) = rows.try_next().await? {
-        let liked = state == Some(EdgeState::Liked as i8);
-        match cut::liked_at(
-            liked,
-            op.unwrap_or(0),
-            at.map_or(0, |t| t.0),
-            prev.map_or(0, |t| t.0),
-            &keys.unwrap_or_default(),
-            k,
-        ) {
+        match cut::stored_liked_at((state, op, at, prev, keys), k) {
             Some(l) => *out.entry(item).or_insert(0) += i64::from(l),
             None => return Ok(Err((item, user))),
         }
