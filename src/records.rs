@@ -5,7 +5,7 @@
 use prost::Message as _;
 
 use crate::hash;
-use crate::schema::v1::{EdgeState, LikeEvent, Source};
+use crate::schema::v1::{ClientPlatform, EdgeState, LikeEvent, Source};
 
 /// The longest item or user id a record may carry, in bytes (the stages dead-letter longer
 /// ones; the API accepts 128).
@@ -24,6 +24,8 @@ pub struct Flip<'a> {
     /// When the flip before it happened (0 for the first).
     pub prev_event_time_ms: i64,
     pub source: Source,
+    /// The client the flip's request came from (analytics only).
+    pub platform: ClientPlatform,
 }
 
 impl Flip<'_> {
@@ -43,6 +45,7 @@ impl Flip<'_> {
             epoch: 0,
             source: self.source as i32,
             prev_event_time_ms: self.prev_event_time_ms,
+            client_platform: self.platform as i32,
         }
     }
 
@@ -80,6 +83,7 @@ mod tests {
             event_time_ms: 2_000,
             prev_event_time_ms: 1_000,
             source: Source::Api,
+            platform: ClientPlatform::Web,
         };
         let (key, payload) = flip.record(64);
         let event = LikeEvent::decode(payload.as_slice()).unwrap();
@@ -87,6 +91,7 @@ mod tests {
         assert_eq!(key, hash::event_key("item-1", event.bucket));
         assert_eq!(event.state, EdgeState::Unliked as i32);
         assert_eq!((event.op_id, event.prev_event_time_ms), (2, 1_000));
+        assert_eq!(event.client_platform, ClientPlatform::Web as i32);
         assert!(
             flip.event(8).bucket < 8,
             "the bucket is taken among the count given"

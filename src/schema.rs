@@ -25,6 +25,7 @@ mod tests {
             bucket: 12,
             source: Source::Api as i32,
             prev_event_time_ms: 1_699_999_999_000,
+            client_platform: ClientPlatform::Android as i32,
         };
         let bytes = e.encode_to_vec();
         assert_eq!(LikeEvent::decode(bytes.as_slice()).unwrap(), e);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use common::api::{self, all_events, of};
+use common::api::{self, all_events, all_like_events, of};
 use common::topology as fx;
 use likes::relay::{self, Relay};
 
@@ -28,7 +28,8 @@ async fn a_flip_whose_produce_failed_is_published_by_the_relay() {
     let relay_alone = Relay::connect(&settings, &topology).await.unwrap();
 
     fail::cfg("api-after-flip-before-produce", "return").unwrap();
-    let (s, e) = client.like("erin", "item-7", "k1").await;
+    // The request names its client: the edge keeps it, so the relay's event carries it too.
+    let (s, e) = client.like_from("android", "erin", "item-7", "k1").await;
     fail::remove("api-after-flip-before-produce");
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
     assert_eq!(e["error"], json!("unavailable"));
@@ -70,6 +71,21 @@ async fn a_flip_whose_produce_failed_is_published_by_the_relay() {
         of(&events, "item-7", "erin"),
         vec![(1, true)],
         "exactly one event for the flip: the relay's"
+    );
+    let topic = settings.topic(&topology.topics.events.name);
+    let s2 = settings.clone();
+    let whole = tokio::task::spawn_blocking(move || all_like_events(&s2, &topic))
+        .await
+        .unwrap();
+    let platforms: Vec<i32> = whole
+        .iter()
+        .filter(|e| e.item_id == "item-7" && e.user_id == "erin")
+        .map(|e| e.client_platform)
+        .collect();
+    assert_eq!(
+        platforms,
+        vec![likes::schema::v1::ClientPlatform::Android as i32],
+        "the relay republishes the platform the request named"
     );
     fx::teardown(&settings, &topology).await;
 }

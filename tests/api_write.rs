@@ -199,6 +199,16 @@ async fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
                 .http
                 .post(format!("{base}/v1/items/item-4/likes"))
                 .bearer_auth(&t)
+                .header("Idempotency-Key", "xp")
+                .header("X-Client-Platform", "toaster"),
+            StatusCode::BAD_REQUEST,
+            "X-Client-Platform",
+        ),
+        (
+            client
+                .http
+                .post(format!("{base}/v1/items/item-4/likes"))
+                .bearer_auth(&t)
                 .header("Idempotency-Key", "x")
                 .body(r#"{"userId":"eve"}"#),
             StatusCode::BAD_REQUEST,

@@ -13,7 +13,7 @@ use super::error::ApiError;
 use super::write::{write_as, WriteAnswer};
 use super::{check_id, App};
 use crate::runtime::clock::now_ms;
-use crate::schema::v1::Source;
+use crate::schema::v1::{ClientPlatform, Source};
 use crate::store::erasures::Erasure;
 
 #[derive(Debug, serde::Deserialize)]
@@ -40,7 +40,16 @@ pub async fn retract(
     }
     let key = &super::write::request_key(&headers)?;
     // Stored in the operators' namespace of request keys: no user key can reach it.
-    let answer = write_as(&app, &r.user_id, &r.item_id, false, key, Source::Retraction).await?;
+    let answer = write_as(
+        &app,
+        &r.user_id,
+        &r.item_id,
+        false,
+        key,
+        Source::Retraction,
+        ClientPlatform::Unspecified,
+    )
+    .await?;
     app.store
         .retractions
         .record(&r.item_id, &r.user_id, r.reason.trim(), key, now_ms())

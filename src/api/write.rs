@@ -28,7 +28,7 @@ use super::request_keys::{self, Remembered};
 use super::{check_id, Actor, App};
 use crate::hash;
 use crate::runtime::clock::now_ms;
-use crate::schema::v1::Source;
+use crate::schema::v1::{ClientPlatform, Source};
 use crate::store::edges::{Cas, Edge, EdgeRow};
 use crate::store::outbox::{outbox_minute, OUTBOX_SHARDS};
 
@@ -62,7 +62,10 @@ pub async fn like(
     })?;
     empty_body(&body)?;
     let key = request_key(&headers)?;
-    write(&app, &user, &item, true, &key).await.map(Json)
+    let platform = client_platform(&headers)?;
+    write_as(&app, &user, &item, true, &key, Source::Api, platform)
+        .await
+        .map(Json)
 }
 
 /// `DELETE /v1/items/{itemId}/likes/{userId}`: the session's user unlikes the item.
@@ -80,7 +83,10 @@ pub async fn unlike(
         ));
     }
     let key = request_key(&headers)?;
-    write(&app, &user, &item, false, &key).await.map(Json)
+    let platform = client_platform(&headers)?;
+    write_as(&app, &user, &item, false, &key, Source::Api, platform)
+        .await
+        .map(Json)
 }
 
 /// The write body is empty or `{}`; anything else is refused, not ignored.
@@ -115,7 +121,27 @@ pub fn request_key(headers: &HeaderMap) -> std::result::Result<String, ApiError>
     Ok(key.to_string())
 }
 
-/// The whole write path of one request by the user.
+/// The optional X-Client-Platform header: `web`, `ios`, `android` or `other` (any case);
+/// absent is UNSPECIFIED, anything else a 400 (never silently dropped).
+pub fn client_platform(headers: &HeaderMap) -> std::result::Result<ClientPlatform, ApiError> {
+    let Some(value) = headers.get("x-client-platform") else {
+        return Ok(ClientPlatform::Unspecified);
+    };
+    let value = value.to_str().unwrap_or("").to_ascii_lowercase();
+    Ok(match value.as_str() {
+        "web" => ClientPlatform::Web,
+        "ios" => ClientPlatform::Ios,
+        "android" => ClientPlatform::Android,
+        "other" => ClientPlatform::Other,
+        _ => {
+            return Err(ApiError::BadRequest(
+                "X-Client-Platform must be one of web, ios, android, other".into(),
+            ))
+        }
+    })
+}
+
+/// The whole write path of one request by the user (no platform said).
 pub async fn write(
     app: &App,
     user: &str,
@@ -123,7 +149,16 @@ pub async fn write(
     liked: bool,
     key: &str,
 ) -> std::result::Result<WriteAnswer, ApiError> {
-    write_as(app, user, item, liked, key, Source::Api).await
+    write_as(
+        app,
+        user,
+        item,
+        liked,
+        key,
+        Source::Api,
+        ClientPlatform::Unspecified,
+    )
+    .await
 }
 
 /// The write path, with the event marked as coming from `source` (which also names the
@@ -135,12 +170,14 @@ pub async fn write_as(
     liked: bool,
     key: &str,
     source: Source,
+    platform: ClientPlatform,
 ) -> std::result::Result<WriteAnswer, ApiError> {
     let now = now_ms();
     let req = Request {
         user,
         item,
         liked,
+        platform,
         key: request_keys::stored(source, key),
         bucket: hash::bucket_of(user, app.topology.buckets) as i32,
         now,
@@ -234,6 +271,7 @@ struct Request<'a> {
     user: &'a str,
     item: &'a str,
     liked: bool,
+    platform: ClientPlatform,
     /// The request key as stored on the edge (namespaced).
     key: String,
     bucket: i32,
@@ -277,6 +315,7 @@ async fn cas(
             op_id: edge.map(|e| e.op_id).unwrap_or(0) + i64::from(!already),
             updated_at_ms: req.now,
             prev_at_ms: edge.map(|e| e.updated_at_ms).unwrap_or(0),
+            platform: req.platform as i8,
         };
         let remembered = Remembered {
             liked: req.liked,

@@ -33,6 +33,9 @@ pub const TABLES: &[TableSpec] = &[
             // A ring of 16 slots, each one request on this edge (key, operation, answer;
             // api/request_keys.rs), written by the same compare-and-set as the flip.
             ("recent_keys", "map<int, text>"),
+            // The ClientPlatform of the request that made the current flip, for the relay to
+            // republish (added after v1.0.0; `likes migrate` adds it to older keyspaces).
+            ("platform", "tinyint"),
         ],
         partition_key: &["item_id", "bucket"],
         clustering: &["user_id"],
@@ -228,7 +231,7 @@ mod tests {
             edges.create_statement("ks"),
             "CREATE TABLE IF NOT EXISTS ks.edges (item_id text, bucket int, user_id text, \
              state tinyint, op_id bigint, updated_at timestamp, prev_at timestamp, epoch bigint, \
-             recent_keys map<int, text>, PRIMARY KEY ((item_id, bucket), user_id))"
+             recent_keys map<int, text>, platform tinyint, PRIMARY KEY ((item_id, bucket), user_id))"
         );
     }
 

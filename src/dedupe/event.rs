@@ -6,13 +6,27 @@ use prost::Message;
 use super::rule::Flip;
 use crate::hash;
 use crate::records::MAX_ID_BYTES;
-use crate::schema::v1::{EdgeState, LikeEvent};
+use crate::schema::v1::{ClientPlatform, EdgeState, LikeEvent};
 
 /// A LikeEvent that passed validation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidEvent {
     pub event: LikeEvent,
     pub flip: Flip,
+}
+
+impl ValidEvent {
+    /// The client platform as a metric label (`unspecified` for a value this version does
+    /// not know, as from a newer writer).
+    pub fn platform_name(&self) -> &'static str {
+        match ClientPlatform::try_from(self.event.client_platform) {
+            Ok(ClientPlatform::Web) => "web",
+            Ok(ClientPlatform::Ios) => "ios",
+            Ok(ClientPlatform::Android) => "android",
+            Ok(ClientPlatform::Other) => "other",
+            _ => "unspecified",
+        }
+    }
 }
 
 /// Decodes and validates a record's key and value against the topology's bucket count.
@@ -87,6 +101,7 @@ mod tests {
             bucket: hash::bucket_of("user-7", 64),
             source: 0,
             prev_event_time_ms: 0,
+            client_platform: 0,
         }
     }
 

@@ -349,6 +349,10 @@ impl Dedupe {
                 return Ok(());
             }
         };
+        if !replay {
+            metrics::counter!(m::EVENTS_BY_PLATFORM, "platform" => valid.platform_name())
+                .increment(1);
+        }
         metrics::histogram!(m::EVENT_DELAY_SECONDS)
             .record((now - valid.flip.event_time_ms).max(0) as f64 / 1000.0);
         let key = edge_key(&valid.event.item_id, &valid.event.user_id);

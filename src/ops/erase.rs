@@ -236,9 +236,17 @@ async fn unlike(app: &App, user: &str, item: &str, id: &str) -> Result<bool> {
         return Ok(false);
     }
     let key = format!("{id}-{}", edge.op_id);
-    let answer = crate::api::write::write_as(app, user, item, false, &key, Source::Erasure)
-        .await
-        .map_err(|e| Error::CqlTransient(format!("unliking {item} for erasure {id}: {e:?}")))?;
+    let answer = crate::api::write::write_as(
+        app,
+        user,
+        item,
+        false,
+        &key,
+        Source::Erasure,
+        crate::schema::v1::ClientPlatform::Unspecified,
+    )
+    .await
+    .map_err(|e| Error::CqlTransient(format!("unliking {item} for erasure {id}: {e:?}")))?;
     Ok(answer.changed)
 }
 

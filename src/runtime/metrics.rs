@@ -13,6 +13,9 @@ use crate::runtime::supervise::{Health, Liveness};
 
 /// Stage 1: LikeEvents read from `likes.events`.
 pub const EVENTS_IN: &str = "likes_dedupe_events_total";
+/// Stage 1: valid LikeEvents by the client platform they carry (label `platform`: the
+/// worked example of a schema field added end to end, see the README's "Schemas").
+pub const EVENTS_BY_PLATFORM: &str = "likes_dedupe_events_by_platform_total";
 /// Stage 1: events dropped as duplicates or stale reorders.
 pub const DUPLICATES: &str = "likes_dedupe_duplicates_total";
 pub const EXPIRED_FLIPS: &str = "likes_dedupe_expired_flips_total";
@@ -121,6 +124,10 @@ pub async fn install(addr: SocketAddr, health: Vec<Health>) -> Result<()> {
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(EVENTS_IN, "LikeEvents read by stage 1");
+    describe_counter!(
+        EVENTS_BY_PLATFORM,
+        "Valid LikeEvents read by stage 1, by client platform"
+    );
     describe_counter!(API_SHED, "API writes refused at admission (429/503)");
     describe_counter!(DUPLICATES, "events dropped as duplicates or stale");
     describe_counter!(

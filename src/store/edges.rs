@@ -13,7 +13,7 @@ use scylla::value::{CqlTimestamp, CqlValue};
 
 use super::{not_applied, prepare, Columns};
 use crate::error::Result;
-use crate::schema::v1::EdgeState;
+use crate::schema::v1::{ClientPlatform, EdgeState};
 
 /// Edges read per query while walking who-liked (unliked rows are skipped client-side).
 pub const LIKERS_CHUNK: usize = 200;
@@ -28,9 +28,17 @@ pub struct Edge {
     /// The previous flip's event time; 0 when this is the first flip. Events carry it so
     /// stage 1 can tell a first-seen edge's history (see the README's delta rule note).
     pub prev_at_ms: i64,
+    /// The `ClientPlatform` of the request that made the current flip (0: not said).
+    pub platform: i8,
 }
 
 impl Edge {
+    /// The client the current flip came from (UNSPECIFIED for a value this version does not
+    /// know: a newer writer's).
+    pub fn platform(&self) -> ClientPlatform {
+        ClientPlatform::try_from(i32::from(self.platform)).unwrap_or_default()
+    }
+
     /// The edge in a failed conditional write's answer (None without a state column).
     pub fn of_columns(cols: &Columns) -> Option<Edge> {
         let col = |n: &str| {
@@ -54,6 +62,10 @@ impl Edge {
             },
             updated_at_ms: ms("updated_at"),
             prev_at_ms: ms("prev_at"),
+            platform: match col("platform") {
+                Some(CqlValue::TinyInt(v)) => *v,
+                _ => 0,
+            },
         })
     }
 }
@@ -119,7 +131,7 @@ pub struct Edges {
 impl Edges {
     pub async fn prepare(session: Arc<Session>, ks: &str) -> Result<Self> {
         let select = format!(
-            "SELECT state, op_id, updated_at, prev_at, recent_keys FROM {ks}.edges \
+            "SELECT state, op_id, updated_at, prev_at, recent_keys, platform FROM {ks}.edges \
              WHERE item_id = ? AND bucket = ? AND user_id = ?"
         );
         let mut read = prepare(&session, select.clone()).await?;
@@ -129,8 +141,8 @@ impl Edges {
             &session,
             format!(
                 "INSERT INTO {ks}.edges \
-                 (item_id, bucket, user_id, state, op_id, updated_at, epoch, recent_keys) \
-                 VALUES (?, ?, ?, ?, ?, ?, 0, ?) IF NOT EXISTS"
+                 (item_id, bucket, user_id, state, op_id, updated_at, epoch, recent_keys, \
+                 platform) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?) IF NOT EXISTS"
             ),
         )
         .await?;
@@ -142,7 +154,7 @@ impl Edges {
             &session,
             format!(
                 "UPDATE {ks}.edges SET state = ?, op_id = ?, updated_at = ?, prev_at = ?, \
-                 recent_keys[?] = ? {where_if}"
+                 platform = ?, recent_keys[?] = ? {where_if}"
             ),
         )
         .await?;
@@ -244,14 +256,16 @@ impl Edges {
             Option<CqlTimestamp>,
             Option<CqlTimestamp>,
             Option<BTreeMap<i32, String>>,
+            Option<i8>,
         );
         let row = rows.maybe_first_row::<Stored>()?;
-        Ok(row.map(|(state, op_id, at, prev, keys)| EdgeRow {
+        Ok(row.map(|(state, op_id, at, prev, keys, platform)| EdgeRow {
             edge: Edge {
                 liked: state == Some(EdgeState::Liked as i8),
                 op_id: op_id.unwrap_or(0),
                 updated_at_ms: at.map(|t| t.0).unwrap_or(0),
                 prev_at_ms: prev.map(|t| t.0).unwrap_or(0),
+                platform: platform.unwrap_or(0),
             },
             keys: keys.unwrap_or_default(),
         }))
@@ -273,7 +287,16 @@ impl Edges {
             .session
             .execute_unpaged(
                 &self.insert,
-                (cas.item, cas.bucket, cas.user, state, edge.op_id, at, keys),
+                (
+                    cas.item,
+                    cas.bucket,
+                    cas.user,
+                    state,
+                    edge.op_id,
+                    at,
+                    keys,
+                    edge.platform,
+                ),
             )
             .await?;
         Ok(not_applied(r)?.map(|cols| EdgeRow::of_columns(&cols)))
@@ -296,6 +319,7 @@ impl Edges {
                     to.op_id,
                     CqlTimestamp(to.updated_at_ms),
                     CqlTimestamp(to.prev_at_ms),
+                    to.platform,
                     cas.slot,
                     cas.value,
                     cas.item,

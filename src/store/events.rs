@@ -46,6 +46,7 @@ impl Events {
             event_time_ms: edge.updated_at_ms,
             prev_event_time_ms: edge.prev_at_ms,
             source,
+            platform: edge.platform(),
         }
         .record(self.buckets);
         self.producer

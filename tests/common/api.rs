@@ -37,6 +37,19 @@ impl Client {
         self.write(self.http.post(url), user, key).await
     }
 
+    /// A like whose request names its client (the X-Client-Platform header).
+    pub async fn like_from(
+        &self,
+        platform: &str,
+        user: &str,
+        item: &str,
+        key: &str,
+    ) -> (StatusCode, Value) {
+        let url = format!("{}/v1/items/{item}/likes", self.base);
+        let req = self.http.post(url).header("X-Client-Platform", platform);
+        self.write(req, user, key).await
+    }
+
     pub async fn unlike(&self, user: &str, item: &str, key: &str) -> (StatusCode, Value) {
         let url = format!("{}/v1/items/{item}/likes/{user}", self.base);
         self.write(self.http.delete(url), user, key).await
@@ -74,6 +87,19 @@ pub fn all_events(
     settings: &likes::config::Settings,
     topic: &str,
 ) -> Vec<(String, String, u64, bool)> {
+    let mut out: Vec<_> = all_like_events(settings, topic)
+        .into_iter()
+        .map(|e| {
+            let liked = e.state == likes::schema::v1::EdgeState::Liked as i32;
+            (e.item_id, e.user_id, e.op_id, liked)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every LikeEvent on the events topic, whole, in the order read.
+pub fn all_like_events(settings: &likes::config::Settings, topic: &str) -> Vec<LikeEvent> {
     let c: BaseConsumer = likes::kafka::client_config(&settings.kafka)
         .set("group.id", super::unique("api-events"))
         .set("auto.offset.reset", "earliest")
@@ -86,13 +112,10 @@ pub fn all_events(
     while idle.elapsed() < Duration::from_secs(5) {
         if let Some(m) = c.poll(Duration::from_millis(200)) {
             let m = m.unwrap();
-            let e = LikeEvent::decode(m.payload().unwrap()).unwrap();
-            let liked = e.state == likes::schema::v1::EdgeState::Liked as i32;
-            out.push((e.item_id, e.user_id, e.op_id, liked));
+            out.push(LikeEvent::decode(m.payload().unwrap()).unwrap());
             idle = std::time::Instant::now();
         }
     }
-    out.sort();
     out
 }
 

@@ -86,6 +86,7 @@ pub fn script_of(
                     event_time_ms: t,
                     prev_event_time_ms: if op > 1 { t - 100 } else { 0 },
                     source: Source::Test,
+                    platform: likes::schema::v1::ClientPlatform::Unspecified,
                 }
                 .record(buckets);
                 flips += 1;

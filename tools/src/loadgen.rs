@@ -122,6 +122,7 @@ impl Target {
                     event_time_ms: op.at_ms,
                     prev_event_time_ms: if op.like { 0 } else { op.prev_at_ms },
                     source: Source::Test,
+                    platform: likes::schema::v1::ClientPlatform::Unspecified,
                 }
                 .record(*buckets);
                 producer

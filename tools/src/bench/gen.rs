@@ -132,6 +132,7 @@ impl Generator {
             event_time_ms: now_ms,
             prev_event_time_ms: if op == 2 { now_ms - 1 } else { 0 },
             source: Source::Test,
+            platform: likes::schema::v1::ClientPlatform::Unspecified,
         }
         .record(self.buckets)
     }
