@@ -13,7 +13,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api
+.PHONY: image k8s-check k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -112,6 +112,23 @@ lint: buf ## rustfmt, clippy -D warnings, buf lint
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --features likes/failpoints -- -D warnings
 	cd schemas && $(BUF) lint
+
+image: ## Build the `likes` image daemonless (buildah), save it as an OCI archive, run it (needs `make up`)
+	@stack/prereqs.sh build deploy
+	image/build.sh
+
+k8s-check: ## Build every k8s/ overlay; validate offline (Kubernetes + CRD schemas), deployment rules, checkov
+	@stack/prereqs.sh deploy
+	k8s/check/k8s-check.sh
+
+k8s-topics: ## Regenerate the prod overlay's Strimzi KafkaTopics from topology/
+	k8s/check/kafka_topics.py > k8s/components/strimzi-topics/kafka-topics.yaml
+
+alerts-check: ## promtool check rules + promtool test rules on the PrometheusRule
+	@stack/prereqs.sh deploy
+	. k8s/check/tools.sh && PYTHON=$$PY k8s/check/alerts.sh
+
+deploy-check: schema-check k8s-check alerts-check ## Every deploy check CI runs but the image: schemas, manifests, alerts
 
 # The released schema set `buf breaking` compares against (schemas/released/; see the README's
 # "Schemas"). buf refuses a baseline inside the module it checks, so it reads it as a tar.

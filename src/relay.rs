@@ -24,6 +24,7 @@ use tracing::{info, warn};
 use crate::config::Settings;
 use crate::error::Result;
 use crate::runtime::clock::now_ms;
+use crate::runtime::metrics as m;
 use crate::runtime::shutdown::CancellationToken;
 use crate::schema::v1::Source;
 use crate::store::edges::Edges;
@@ -70,6 +71,7 @@ impl Relay {
 
 /// `likes relay` on its own: passes until SIGTERM. Needs CQL and Kafka, nothing of the API.
 pub async fn run_alone(settings: &Settings, topology: &Topology) -> Result<()> {
+    crate::cmd::stages::start_metrics(settings, vec![], &["relay"]).await?;
     let relay = crate::runtime::supervise::connect_patiently("relay", || {
         Relay::connect(settings, topology)
     })
@@ -200,9 +202,17 @@ pub async fn run(relay: Arc<Relay>, every: Duration, min_age: Duration, stop: Ca
     info!(?every, ?min_age, "relay running");
     while !stop.is_cancelled() {
         match pass(&relay, min_age).await {
-            Ok(p) if p.cleared > 0 => info!(?p, "relay pass"),
-            Ok(_) => {}
-            Err(e) => warn!(error = %e, "relay pass failed; retrying"),
+            Ok(p) => {
+                metrics::counter!(m::RELAY_PUBLISHED).increment(p.published);
+                metrics::counter!(m::RELAY_PASSES, "outcome" => "ok").increment(1);
+                if p.cleared > 0 {
+                    info!(?p, "relay pass");
+                }
+            }
+            Err(e) => {
+                metrics::counter!(m::RELAY_PASSES, "outcome" => "error").increment(1);
+                warn!(error = %e, "relay pass failed; retrying");
+            }
         }
         crate::runtime::supervise::sleep_or_stop(every, &stop).await;
     }

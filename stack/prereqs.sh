@@ -5,7 +5,8 @@
 #
 #   stack/prereqs.sh [--check] [GROUP...]
 #     GROUP: stack (run Kafka and Cassandra), build (compile the crate), lint (buf),
-#            bench (the report's plots); none given: stack build
+#            bench (the report's plots), deploy (make image, k8s-check, alerts-check);
+#            none given: stack build
 #     as root, installs what is missing (apt-get) and says what each package is for;
 #     otherwise, or with --check, prints the exact `apt-get install` line and exits 1
 #
@@ -18,8 +19,8 @@ groups=()
 for a in "$@"; do
   case "$a" in
     --check) check_only=true ;;
-    stack | build | lint | bench) groups+=("$a") ;;
-    *) echo "usage: $0 [--check] [stack|build|lint|bench]..." >&2; exit 2 ;;
+    stack | build | lint | bench | deploy) groups+=("$a") ;;
+    *) echo "usage: $0 [--check] [stack|build|lint|bench|deploy]..." >&2; exit 2 ;;
   esac
 done
 ((${#groups[@]})) || groups=(stack build)
@@ -36,6 +37,12 @@ declare -A why=(
   [python3]="the stack's readiness probes (stack/probe.py)"
   [npm]="installs the buf CLI once, for \`make lint\`"
   [fonts-dejavu-core]="the font \`make bench\` labels its plots with"
+  [buildah]="builds the image without a Docker engine (\`make image\`)"
+  [podman]="runs the built image as a container (\`make image\`'s smoke run)"
+  [prometheus]="promtool, which checks and unit-tests the alert rules (\`make alerts-check\`)"
+  [golang-go]="installs kustomize from the Go module proxy (\`make k8s-check\`)"
+  [python3-venv]="a venv for kubernetes-validate and checkov from PyPI (\`make k8s-check\`)"
+  [curl]="the image smoke run asks /healthz with it"
 )
 
 need=()
@@ -63,6 +70,15 @@ if wants build; then
 fi
 if wants lint; then
   has_cmd npm || need+=(npm)
+fi
+if wants deploy; then
+  has_cmd buildah || need+=(buildah)
+  has_cmd podman || need+=(podman)
+  has_cmd promtool || need+=(prometheus)
+  has_cmd go || need+=(golang-go)
+  has_cmd npm || need+=(npm)
+  python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+  has_cmd curl || need+=(curl)
 fi
 if wants bench; then
   { has_cmd dpkg && has_pkg fonts-dejavu-core; } || [[ -n "${LIKES_PLOT_FONT:-}" ]] \

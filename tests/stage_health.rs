@@ -11,14 +11,6 @@ use std::time::Duration;
 use common::procs;
 use common::topology as fx;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn healthz(url: &str) -> Option<(u16, String)> {
     let r = reqwest::get(url).await.ok()?;
     Some((r.status().as_u16(), r.text().await.unwrap_or_default()))
@@ -41,7 +33,7 @@ async fn wait_for(url: &str, status: u16, within: Duration) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stage_stuck_with_input_waiting_turns_its_healthz_red() {
     let mut h = procs::harness("stall").await;
-    let addr = format!("127.0.0.1:{}", free_port());
+    let addr = format!("127.0.0.1:{}", common::free_port());
     let url = format!("http://{addr}/healthz");
     h.dedupe.start_with(&[
         ("LIKES__METRICS__LISTEN", &addr),

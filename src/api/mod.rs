@@ -10,6 +10,7 @@ pub mod admin;
 pub mod admission;
 pub mod auth;
 pub mod error;
+pub mod observe;
 pub mod read;
 pub mod request_keys;
 pub mod write;
@@ -120,6 +121,7 @@ pub fn router(app: Arc<App>) -> Router {
             }),
         )
         .fallback(|| async { ApiError::NotFound("no such endpoint (see the API document)".into()) })
+        .layer(axum::middleware::from_fn(observe::record))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(app)
 }

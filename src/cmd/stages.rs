@@ -19,12 +19,17 @@ use crate::{count, dedupe};
 
 /// `likes api`: serves HTTP (and /metrics when `metrics.listen` is set) until a signal.
 pub async fn run_api(settings: &Settings, topology: &Topology) -> Result<()> {
-    start_metrics(settings, vec![]).await?;
+    start_metrics(settings, vec![], &["api"]).await?;
     crate::api::serve(settings, topology).await
 }
 
-/// Serves /metrics, and /healthz for `health`, when `metrics.listen` is set.
-async fn start_metrics(settings: &Settings, health: Vec<Health>) -> Result<()> {
+/// Serves /metrics, and /healthz for `health`, when `metrics.listen` is set; the alerting
+/// counters of `roles` start at 0 (see [`metrics::start_at_zero`]).
+pub async fn start_metrics(
+    settings: &Settings,
+    health: Vec<Health>,
+    roles: &[&'static str],
+) -> Result<()> {
     if settings.metrics.listen.is_empty() {
         return Ok(());
     }
@@ -34,6 +39,9 @@ async fn start_metrics(settings: &Settings, health: Vec<Health>) -> Result<()> {
         .parse()
         .map_err(|e| Error::Config(format!("metrics.listen: {e}")))?;
     metrics::install(addr, health).await?;
+    for role in roles {
+        metrics::start_at_zero(role);
+    }
     info!(%addr, "serving /metrics, /healthz and /readyz");
     Ok(())
 }
@@ -65,7 +73,7 @@ fn spawn_count(tasks: &mut Tasks, settings: &Settings, topology: &Topology, heal
 /// `likes dedupe`
 pub async fn run_dedupe(settings: &Settings, topology: &Topology) -> Result<()> {
     let h = health(settings, "dedupe");
-    start_metrics(settings, vec![h.clone()]).await?;
+    start_metrics(settings, vec![h.clone()], &["dedupe"]).await?;
     let mut tasks = Tasks::new(shutdown::on_signal());
     spawn_dedupe(&mut tasks, settings, topology, h);
     tasks.join().await
@@ -74,7 +82,7 @@ pub async fn run_dedupe(settings: &Settings, topology: &Topology) -> Result<()> 
 /// `likes count`
 pub async fn run_count(settings: &Settings, topology: &Topology) -> Result<()> {
     let h = health(settings, "count");
-    start_metrics(settings, vec![h.clone()]).await?;
+    start_metrics(settings, vec![h.clone()], &["count"]).await?;
     let mut tasks = Tasks::new(shutdown::on_signal());
     spawn_count(&mut tasks, settings, topology, h);
     tasks.join().await
@@ -83,7 +91,7 @@ pub async fn run_count(settings: &Settings, topology: &Topology) -> Result<()> {
 /// `likes topology`: both stages; either ending stops the other, and both are joined.
 pub async fn run_topology(settings: &Settings, topology: &Topology) -> Result<()> {
     let (hd, hc) = (health(settings, "dedupe"), health(settings, "count"));
-    start_metrics(settings, vec![hd.clone(), hc.clone()]).await?;
+    start_metrics(settings, vec![hd.clone(), hc.clone()], &["dedupe", "count"]).await?;
     let mut tasks = Tasks::new(shutdown::on_signal());
     spawn_dedupe(&mut tasks, settings, topology, hd);
     spawn_count(&mut tasks, settings, topology, hc);

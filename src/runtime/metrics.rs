@@ -63,12 +63,59 @@ pub const STATE_MEMORY: &str = "likes_dedupe_state_memory_bytes";
 pub const INPUT_DELAY_SECONDS: &str = "likes_count_input_delay_seconds";
 /// Stage 1: wall clock at processing minus event time, seconds: how late events reach it.
 pub const EVENT_DELAY_SECONDS: &str = "likes_dedupe_event_delay_seconds";
+/// API: requests by route pattern, method and status code (the write-availability SLO).
+pub const API_REQUESTS: &str = "likes_api_requests_total";
+/// API: request duration by route pattern and method, seconds (the write-latency SLO).
+pub const API_REQUEST_SECONDS: &str = "likes_api_request_duration_seconds";
 /// API: writes refused at admission (label `reason`: rate, in_flight).
 pub const API_SHED: &str = "likes_api_writes_shed_total";
+/// Relay: events published for flips whose produce failed.
+pub const RELAY_PUBLISHED: &str = "likes_relay_published_total";
+/// Relay: passes over the outbox (label `outcome`: ok, error).
+pub const RELAY_PASSES: &str = "likes_relay_passes_total";
 /// Consumer lag in records, per stage (label `stage`).
 pub const CONSUMER_LAG: &str = "likes_consumer_lag_records";
 /// Stages started over in-process after a dependency's error (label `stage`).
 pub const STAGE_RESTARTS: &str = "likes_stage_restarts_total";
+
+/// Puts the counters the alert rules watch on `/metrics` at 0 from the start, with the label
+/// values this process will use: a series that appears only at its first increment shows no
+/// `increase()` for it, and an absent series cannot be told from a broken scrape. `role`:
+/// api, relay, dedupe or count.
+pub fn start_at_zero(role: &'static str) {
+    use metrics::counter;
+    match role {
+        "api" => {
+            for reason in ["rate", "in_flight"] {
+                counter!(API_SHED, "reason" => reason).absolute(0);
+            }
+        }
+        "relay" => {
+            counter!(RELAY_PUBLISHED).absolute(0);
+            for outcome in ["ok", "error"] {
+                counter!(RELAY_PASSES, "outcome" => outcome).absolute(0);
+            }
+        }
+        "dedupe" | "count" => {
+            counter!(DLQ_RECORDS, "stage" => role).absolute(0);
+            counter!(OFFSET_RESETS, "stage" => role).absolute(0);
+            counter!(STAGE_RESTARTS, "stage" => role).absolute(0);
+            if role == "count" {
+                counter!(CLAMPS).absolute(0);
+                counter!(FENCE_SKIPS).absolute(0);
+                counter!(WINDOWS_APPLIED).absolute(0);
+                for outcome in ["applied", "refused"] {
+                    counter!(CORRECTIONS, "outcome" => outcome).absolute(0);
+                }
+            } else {
+                counter!(EVENTS_IN).absolute(0);
+                counter!(DUPLICATES).absolute(0);
+                counter!(DELTAS_OUT).absolute(0);
+            }
+        }
+        _ => {}
+    }
+}
 
 /// Serves `/metrics` (Prometheus text) on `addr`, and `/healthz` and `/readyz`: 200 while
 /// every stage of `health` is live, 503 with the reason once one has stalled. Must be called
@@ -129,6 +176,19 @@ fn describe() {
         "Valid LikeEvents read by stage 1, by client platform"
     );
     describe_counter!(API_SHED, "API writes refused at admission (429/503)");
+    describe_counter!(
+        API_REQUESTS,
+        "API requests by route, method and status code"
+    );
+    describe_counter!(
+        RELAY_PUBLISHED,
+        "Events the relay published for flips whose produce failed"
+    );
+    describe_counter!(RELAY_PASSES, "Relay passes over the outbox, by outcome");
+    describe_histogram!(
+        API_REQUEST_SECONDS,
+        "API request duration by route and method, seconds"
+    );
     describe_counter!(DUPLICATES, "events dropped as duplicates or stale");
     describe_counter!(
         EXPIRED_FLIPS,

@@ -46,6 +46,15 @@ pub fn env_for(settings: &Settings) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// A loopback port nothing listens on now (for a child process to bind).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Runs the `likes` binary built for this test run; returns (success, stdout, stderr).
 pub fn likes(args: &[&str], env: &[(&'static str, String)]) -> (bool, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_likes"))

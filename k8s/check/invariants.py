@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""The deployment's own rules, checked on each overlay's built manifests.
+
+    invariants.py BUILT.yaml...
+
+What a schema cannot know: stage replicas within the partitions of topology/, static
+membership that survives a restart (grace < kafka.session_timeout), the API's grace covering
+its drain, probes on the endpoints the processes serve, non-root read-only containers with
+requests and limits, and secrets by reference only.
+"""
+import pathlib
+import re
+import sys
+import tomllib
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TOPOLOGY = tomllib.loads((ROOT / "topology" / "topology.toml").read_text())
+CLUSTER = tomllib.loads((ROOT / "config" / "kubernetes.toml").read_text())
+DEFAULTS = tomllib.loads((ROOT / "config" / "default.toml").read_text())
+SECRET_VARS = {"LIKES__API__SESSION_KEY", "LIKES__API__ADMIN_TOKEN"}
+
+
+def seconds(text: str) -> float:
+    m = re.fullmatch(r"(\d+)(ms|s|m)", text)
+    assert m, text
+    return int(m[1]) * {"ms": 0.001, "s": 1, "m": 60}[m[2]]
+
+
+def pod_spec(doc):
+    kind = doc["kind"]
+    if kind in ("Deployment", "StatefulSet", "Job"):
+        return doc["spec"]["template"]["spec"]
+    if kind == "CronJob":
+        return doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return None
+
+
+def check(path):
+    problems = []
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    fail = lambda what: problems.append(f"{path.name}: {what}")
+    session = seconds(CLUSTER["kafka"]["session_timeout"])
+
+    for stage, topic in (("likes-dedupe", "events"), ("likes-count", "deltas")):
+        sts = by.get(("StatefulSet", stage))
+        if not sts:
+            fail(f"no StatefulSet {stage}")
+            continue
+        parts = TOPOLOGY["topics"][topic]["partitions"]
+        if sts["spec"]["replicas"] > parts:
+            fail(f"{stage}: {sts['spec']['replicas']} replicas > {parts} partitions of {topic}")
+        spec = pod_spec(sts)
+        if spec["terminationGracePeriodSeconds"] >= session:
+            fail(f"{stage}: grace {spec['terminationGracePeriodSeconds']} s >= session_timeout {session} s"
+                 " (a restart would rebalance)")
+        env = {e["name"]: e for e in spec["containers"][0].get("env", [])}
+        ref = env.get("LIKES__DEDUPE__INSTANCE_ID", {}).get("valueFrom", {}).get("fieldRef", {})
+        if ref.get("fieldPath") != "metadata.name":
+            fail(f"{stage}: instance id is not the pod's stable name")
+    if ("StatefulSet", "likes-dedupe") in by and not by[("StatefulSet", "likes-dedupe")]["spec"].get("volumeClaimTemplates"):
+        fail("likes-dedupe: no volume for RocksDB")
+
+    api = by.get(("Deployment", "likes-api"))
+    if api:
+        spec = pod_spec(api)
+        c = spec["containers"][0]
+        drain = (c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+                 + seconds(DEFAULTS["api"]["write_deadline"]) + seconds(DEFAULTS["cql"]["request_timeout"]))
+        if spec["terminationGracePeriodSeconds"] < drain:
+            fail(f"likes-api: grace {spec['terminationGracePeriodSeconds']} s < drain {drain} s")
+        if c["readinessProbe"]["httpGet"]["path"] != "/readyz" or c["livenessProbe"]["httpGet"]["path"] != "/healthz":
+            fail("likes-api: readiness must be /readyz and liveness /healthz")
+        hpa = by.get(("HorizontalPodAutoscaler", "likes-api"))
+        if not hpa or hpa["spec"]["scaleTargetRef"]["name"] != "likes-api":
+            fail("likes-api: no HPA")
+        if ("PodDisruptionBudget", "likes-api") not in by:
+            fail("likes-api: no PodDisruptionBudget")
+
+    for d in docs:
+        if d["kind"] == "Secret":
+            fail(f"Secret/{d['metadata']['name']} is in the manifests: reference secrets, never ship them")
+        spec = pod_spec(d)
+        if spec is None:
+            continue
+        name = f"{d['kind']}/{d['metadata']['name']}"
+        if not spec.get("securityContext", {}).get("runAsNonRoot"):
+            fail(f"{name}: runAsNonRoot is not set")
+        if spec.get("automountServiceAccountToken") is not False:
+            fail(f"{name}: mounts a service account token it does not use")
+        for c in spec["containers"]:
+            sc = c.get("securityContext", {})
+            if not sc.get("readOnlyRootFilesystem") or sc.get("allowPrivilegeEscalation") is not False:
+                fail(f"{name}/{c['name']}: root filesystem writable or privilege escalation allowed")
+            res = c.get("resources", {})
+            if not all(k in res.get(w, {}) for w in ("requests", "limits") for k in ("cpu", "memory")):
+                fail(f"{name}/{c['name']}: cpu and memory requests and limits are required")
+            if "/etc/likes/likes.toml" not in c.get("args", []):
+                fail(f"{name}/{c['name']}: does not load the likes-config layer")
+            for e in c.get("env", []):
+                if e["name"] in SECRET_VARS and "secretKeyRef" not in e.get("valueFrom", {}):
+                    fail(f"{name}/{c['name']}: {e['name']} is not from a Secret")
+    return problems
+
+
+def main(paths):
+    problems = [p for path in paths for p in check(pathlib.Path(path))]
+    for p in problems:
+        print(f"FAIL {p}")
+    print(f"deployment rules: {len(paths)} overlays, {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
