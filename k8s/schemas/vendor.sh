@@ -10,7 +10,7 @@ export GOPATH=${GOPATH:-$HOME/.cache/likes/tools/gopath} GOFLAGS=-mod=mod
 export GONOSUMDB=github.com/scylladb/scylla-operator
 fetch() { go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'; }
 extract() { # CRD yaml, version name, output
-  python3 - "$@" <<'PY'
+  "${PY:-${LIKES_CACHE:-$HOME/.cache/likes}/tools/venv/bin/python}" - "$@" <<'PY'
 import json, sys, yaml
 crd = yaml.safe_load(open(sys.argv[1]))
 v = next(v for v in crd["spec"]["versions"] if v["name"] == sys.argv[2])
