@@ -97,8 +97,20 @@ def check(path):
             res = c.get("resources", {})
             if not all(k in res.get(w, {}) for w in ("requests", "limits") for k in ("cpu", "memory")):
                 fail(f"{name}/{c['name']}: cpu and memory requests and limits are required")
-            if "/etc/likes/likes.toml" not in c.get("args", []):
+            args = c.get("args", [])
+            if "/etc/likes/likes.toml" not in args:
                 fail(f"{name}/{c['name']}: does not load the likes-config layer")
+            mounts = [m["mountPath"].rstrip("/") + "/" for m in c.get("volumeMounts", [])]
+            for flag in ("--config", "--topology"):
+                if flag in args:
+                    file = args[args.index(flag) + 1]
+                    if not any(file.startswith(m) for m in mounts):
+                        fail(f"{name}/{c['name']}: {flag} {file} is on no mounted volume")
+            # A volume mounted inside a read-only ConfigMap volume may fail to mount.
+            for a in mounts:
+                for b in mounts:
+                    if a != b and b.startswith(a):
+                        fail(f"{name}/{c['name']}: {b} is mounted inside {a}")
             for e in c.get("env", []):
                 if e["name"] in SECRET_VARS and "secretKeyRef" not in e.get("valueFrom", {}):
                     fail(f"{name}/{c['name']}: {e['name']} is not from a Secret")
