@@ -10,7 +10,8 @@
 #   (chroot), so the bytes that ship are still the bytes that ran.
 #
 # Needs: buildah (Debian package; stack/prereqs.sh image), podman to run it (optional),
-# Kafka and Cassandra up for step 4 (`make up`). LIKES_IMAGE names the image.
+# Kafka and Cassandra up for step 4 (`make up`). LIKES_IMAGE names the image;
+# LIKES_IMAGE_RUN=rootfs skips the container and runs the root filesystem (the fallback).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${LIKES_CACHE:-$HOME/.cache/likes}
@@ -45,7 +46,7 @@ trap - EXIT
 rm -f "$archive"
 buildah push --quiet "$image" "oci-archive:$archive"
 say "$image saved as $archive ($(du -h "$archive" | cut -f1))"
-buildah inspect --type image --format '  user {{.OCIv1.Config.User}}, entrypoint {{.OCIv1.Config.Entrypoint}}' "$image"
+buildah inspect --type image --format '  user {{.OCIv1.Config.User}}, entrypoint {{.OCIv1.Config.Entrypoint}}{{"\n"}}' "$image"
 
 # --- smoke run -----------------------------------------------------------------------------
 port=${LIKES_IMAGE_PORT:-18089}
@@ -68,20 +69,42 @@ vars=("LIKES__API__LISTEN=127.0.0.1:$port" "LIKES__API__SESSION_KEY=$key"
 env_args=()
 for v in "${vars[@]}"; do env_args+=(-e "$v"); done
 
+# How this machine runs a container: podman's defaults first; where those fail (a sandbox
+# without CAP_SYS_RESOURCE or with cgroup v1 only, as this project's CI machine is), runc
+# with limits at or below the caller's own. Each failure is shown.
 run_err=$out/podman-run.err
-if command -v podman >/dev/null &&
-  got=$(podman run --rm --network host "$image" --version 2>"$run_err"); then
+: >"$run_err"
+nofile=$(ulimit -Hn); [[ "$nofile" == unlimited || "$nofile" -gt 65536 ]] && nofile=65536
+ways=("" "--runtime runc")
+limits=("" "--ulimit nofile=$nofile:$nofile --ulimit nproc=4096:4096")
+podman_args=()
+got=
+if [[ "${LIKES_IMAGE_RUN:-}" == rootfs ]]; then
+  echo "LIKES_IMAGE_RUN=rootfs: not trying a container" >"$run_err"
+elif command -v podman >/dev/null; then
+  for i in "${!ways[@]}"; do
+    # shellcheck disable=SC2206 # word splitting of the flag strings is intended
+    global=(${ways[$i]}) local_=(${limits[$i]})
+    if got=$(podman "${global[@]}" run --rm --network host "${local_[@]}" "$image" --version 2>>"$run_err"); then
+      podman_args=("${global[@]}" run --network host "${local_[@]}")
+      say "container runs with: podman ${podman_args[*]}"
+      break
+    fi
+    say "podman ${ways[$i]:-(defaults)} could not run it: $(tail -1 "$run_err")"
+  done
+fi
+if ((${#podman_args[@]})); then
   say "container: likes --version -> $got"
   [[ "$got" == "likes $version" ]] || { say "expected 'likes $version'"; exit 1; }
   name=likes-image-smoke
   podman rm -f "$name" >/dev/null 2>&1 || true
-  podman run --rm --network host --read-only "${env_args[@]}" "$image" migrate >"$out/migrate.log" 2>&1 ||
+  podman "${podman_args[@]}" --rm --read-only "${env_args[@]}" "$image" migrate >"$out/migrate.log" 2>&1 ||
     { tail -20 "$out/migrate.log"; exit 1; }
   say "container: likes migrate done"
-  podman run -d --name "$name" --network host --read-only "${env_args[@]}" "$image" api >/dev/null
+  podman "${podman_args[@]}" -d --name "$name" --read-only "${env_args[@]}" "$image" api >/dev/null
   trap 'podman logs --tail 20 "$name" 2>&1 | sed "s/^/  api: /"; podman rm -f "$name" >/dev/null 2>&1 || true' EXIT
   health
-  say "OK: the image ran in a container (podman, host network, read-only root, user 10001)"
+  say "OK: the image ran in a container (podman ${podman_args[*]}, read-only root, user 10001)"
   exit 0
 fi
 
@@ -91,14 +114,15 @@ say "running the image's root filesystem with the same entrypoint and user inste
 mnt_c=$(buildah from "$image")
 trap 'buildah umount "$mnt_c" >/dev/null 2>&1; buildah rm "$mnt_c" >/dev/null 2>&1 || true' EXIT
 root=$(buildah mount "$mnt_c")
+chroot=$(command -v chroot)
 got=$(chroot --userspec=10001:10001 "$root" /usr/local/bin/likes --version)
 say "rootfs: likes --version -> $got"
 [[ "$got" == "likes $version" ]] || { say "expected 'likes $version'"; exit 1; }
-env -i "${vars[@]}" HOME=/data chroot --userspec=10001:10001 "$root" /usr/local/bin/likes migrate \
+env -i "${vars[@]}" HOME=/data "$chroot" --userspec=10001:10001 "$root" /usr/local/bin/likes migrate \
   >"$out/migrate.log" 2>&1 || { tail -20 "$out/migrate.log"; exit 1; }
 say "rootfs: likes migrate done"
 env -i "${vars[@]}" HOME=/data \
-  chroot --userspec=10001:10001 "$root" /usr/local/bin/likes api >"$out/api.log" 2>&1 &
+  "$chroot" --userspec=10001:10001 "$root" /usr/local/bin/likes api >"$out/api.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; tail -5 "$out/api.log" | sed "s/^/  api: /";
   buildah umount "$mnt_c" >/dev/null 2>&1; buildah rm "$mnt_c" >/dev/null 2>&1 || true' EXIT

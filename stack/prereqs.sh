@@ -43,6 +43,7 @@ declare -A why=(
   [golang-go]="installs kustomize from the Go module proxy (\`make k8s-check\`)"
   [python3-venv]="a venv for kubernetes-validate and checkov from PyPI (\`make k8s-check\`)"
   [curl]="the image smoke run asks /healthz with it"
+  [runc]="the OCI runtime podman falls back to where crun cannot run (cgroup v1, no CAP_SYS_RESOURCE)"
 )
 
 need=()
@@ -79,6 +80,7 @@ if wants deploy; then
   has_cmd npm || need+=(npm)
   python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
   has_cmd curl || need+=(curl)
+  has_cmd runc || need+=(runc)
 fi
 if wants bench; then
   { has_cmd dpkg && has_pkg fonts-dejavu-core; } || [[ -n "${LIKES_PLOT_FONT:-}" ]] \
