@@ -72,14 +72,12 @@ async fn old_and_new_events_mixed_on_the_log_count_exactly() {
                 };
                 prev = at;
                 let key = likes::hash::event_key(&item, likes::hash::bucket_of(&user, buckets));
-                let bytes = if op > switch_at {
-                    flip.record(buckets).1
-                } else {
-                    released_bytes(&flip, buckets)
-                };
-                // Each event twice: a retry from the other writer's era dies as a duplicate.
-                records.push((key.clone(), bytes.clone()));
-                records.push((key, bytes));
+                let (new, old) = (flip.record(buckets).1, released_bytes(&flip, buckets));
+                // Each event twice, the copy in the other encoding: an old API's event
+                // republished by an upgraded relay (or the reverse) dies as a duplicate.
+                let (first, copy) = if op > switch_at { (new, old) } else { (old, new) };
+                records.push((key.clone(), first));
+                records.push((key, copy));
             }
             *truth.entry(item.clone()).or_default() += i64::from(flips % 2 == 1);
         }

@@ -3,7 +3,7 @@
 
     crds.py BUILT.yaml...
 
-PrometheusRule and ScyllaCluster: the openAPIV3Schema of each operator's own CRD
+PrometheusRule, PodMonitor and ScyllaCluster: the openAPIV3Schema of each operator's own CRD
 (k8s/schemas/, re-derived by k8s/schemas/vendor.sh), made strict as the API server is
 with a structural schema: a field the schema does not name is an error here (the server
 would silently prune it). KafkaTopic is checked by kafka_topics.mjs (Strimzi's schema as the
@@ -21,6 +21,7 @@ import yaml
 SCHEMAS = pathlib.Path(__file__).resolve().parents[1] / "schemas"
 KINDS = {
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-v1.json",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor-v1.json",
     ("scylla.scylladb.com/v1", "ScyllaCluster"): "scyllacluster-v1.json",
 }
 ELSEWHERE = {("kafka.strimzi.io/v1beta2", "KafkaTopic")}

@@ -45,9 +45,11 @@ echo "kafka-topics.yaml is what topology/topology.toml gives"
 step "deployment rules"
 "$PY" invariants.py "$out"/*.yaml
 
-step "checkov $("$CHECKOV" --version) (skips explained in k8s/check/checkov.yaml)"
+step "checkov $("$CHECKOV" --version) (skips explained in k8s/check/checkov*.yaml)"
 for f in "$out"/*.yaml; do
-  "$CHECKOV" --config-file checkov.yaml -f "$f"
+  config=checkov.yaml
+  [[ -f "checkov-$(basename "$f" .yaml).yaml" ]] && config="checkov-$(basename "$f" .yaml).yaml"
+  "$CHECKOV" --config-file "$config" -f "$f"
   echo "$(basename "$f"): no checkov finding left"
 done
 printf '\nk8s-check: OK\n'

@@ -15,6 +15,15 @@ CHECKOV=$tools/venv/bin/checkov
 NPM_TOOLS=$tools/npm
 mkdir -p "$tools"
 if ! "$KUSTOMIZE" version 2>/dev/null | grep -q "$KUSTOMIZE_VERSION"; then
+  # kustomize's go.mod needs Go 1.22.7 or newer; Debian 12's golang-go is 1.19.
+  gov=$(go env GOVERSION 2>/dev/null | sed 's/^go//')
+  IFS=. read -r gomaj gomin _ <<<"${gov:-0.0}"
+  if ((gomaj < 1 || (gomaj == 1 && gomin < 22))); then
+    echo "tools: kustomize $KUSTOMIZE_VERSION needs Go >= 1.22.7 to install; this machine has '${gov:-none}'." >&2
+    echo "tools: install Go from bookworm-backports (apt-get install -t bookworm-backports golang-go)," >&2
+    echo "tools: or put a kustomize $KUSTOMIZE_VERSION binary at $KUSTOMIZE" >&2
+    exit 1
+  fi
   echo "tools: installing kustomize $KUSTOMIZE_VERSION (go install)"
   GOBIN=$tools/bin GOFLAGS=-mod=mod go install "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
 fi

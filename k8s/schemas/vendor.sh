@@ -22,6 +22,8 @@ PY
 po=$(fetch github.com/prometheus-operator/prometheus-operator@v0.80.1)
 extract "$po/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml" v1 \
   prometheusrule-v1.json "github.com/prometheus-operator/prometheus-operator@v0.80.1"
+extract "$po/example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml" v1 \
+  podmonitor-v1.json "github.com/prometheus-operator/prometheus-operator@v0.80.1"
 so=$(fetch github.com/scylladb/scylla-operator@v1.15.0)
 extract "$so/pkg/api/scylla/v1/scylla.scylladb.com_scyllaclusters.yaml" v1 \
   scyllacluster-v1.json "github.com/scylladb/scylla-operator@v1.15.0"

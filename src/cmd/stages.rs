@@ -19,7 +19,12 @@ use crate::{count, dedupe};
 
 /// `likes api`: serves HTTP (and /metrics when `metrics.listen` is set) until a signal.
 pub async fn run_api(settings: &Settings, topology: &Topology) -> Result<()> {
-    start_metrics(settings, vec![], &["api"]).await?;
+    let roles: &[&'static str] = if settings.api.relay {
+        &["api", "relay"]
+    } else {
+        &["api"]
+    };
+    start_metrics(settings, vec![], roles).await?;
     crate::api::serve(settings, topology).await
 }
 

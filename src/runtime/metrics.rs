@@ -89,6 +89,17 @@ pub fn start_at_zero(role: &'static str) {
             for reason in ["rate", "in_flight"] {
                 counter!(API_SHED, "reason" => reason).absolute(0);
             }
+            // The write SLO's series: a route's first error is then a step from 0.
+            let writes = [
+                ("/v1/items/{item_id}/likes", "POST"),
+                ("/v1/items/{item_id}/likes/{user_id}", "DELETE"),
+            ];
+            for (route, method) in writes {
+                for code in ["200", "500", "503"] {
+                    counter!(API_REQUESTS, "route" => route, "method" => method, "code" => code)
+                        .absolute(0);
+                }
+            }
         }
         "relay" => {
             counter!(RELAY_PUBLISHED).absolute(0);
