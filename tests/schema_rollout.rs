@@ -75,7 +75,11 @@ async fn old_and_new_events_mixed_on_the_log_count_exactly() {
                 let (new, old) = (flip.record(buckets).1, released_bytes(&flip, buckets));
                 // Each event twice, the copy in the other encoding: an old API's event
                 // republished by an upgraded relay (or the reverse) dies as a duplicate.
-                let (first, copy) = if op > switch_at { (new, old) } else { (old, new) };
+                let (first, copy) = if op > switch_at {
+                    (new, old)
+                } else {
+                    (old, new)
+                };
                 records.push((key.clone(), first));
                 records.push((key, copy));
             }
