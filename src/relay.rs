@@ -71,7 +71,7 @@ impl Relay {
 
 /// `likes relay` on its own: passes until SIGTERM. Needs CQL and Kafka, nothing of the API.
 pub async fn run_alone(settings: &Settings, topology: &Topology) -> Result<()> {
-    crate::cmd::stages::start_metrics(settings, vec![], &["relay"]).await?;
+    m::serve_configured(settings, vec![], &["relay"]).await?;
     let relay = crate::runtime::supervise::connect_patiently("relay", || {
         Relay::connect(settings, topology)
     })

@@ -6,6 +6,10 @@
 //!   stopped right after sending and run again applies nothing twice, and a correction sent
 //!   twice is refused;
 //! - rebuild after dropping `like_counts` during a live stream equals ground truth.
+//!
+//! Each uses a fail point in a job's process (FAILPOINTS), so they need a fail-point build.
+
+#![cfg(feature = "failpoints")]
 
 mod common;
 
@@ -74,6 +78,21 @@ fn churn(
     })
 }
 
+/// `likes relay`'s loop in this process until the guard drops.
+async fn relay(settings: &Settings, topology: &Topology) -> tokio_util::sync::DropGuard {
+    let relay = likes::relay::Relay::connect(settings, topology)
+        .await
+        .unwrap();
+    let stop = likes::runtime::shutdown::CancellationToken::new();
+    tokio::spawn(likes::relay::run(
+        Arc::new(relay),
+        settings.api.relay_interval,
+        settings.api.relay_min_age,
+        stop.clone(),
+    ));
+    stop.drop_guard()
+}
+
 async fn truth(app: &likes::api::App) -> BTreeMap<String, i64> {
     fx::nonzero(&app.store.edges.liked_per_item().await.unwrap())
 }
@@ -93,6 +112,9 @@ async fn converge(
 async fn erasure_takes_back_exactly_the_users_likes_and_resumes_after_kill9() {
     let (settings, topology, app, client) = api::serve_with("erase", quick).await;
     let mut run = fx::start(&settings, &topology);
+    // The relay, as production runs it beside the API: it publishes a flip whose producer
+    // died (the job's kill -9, the fail point below) from the outbox.
+    let _relay = relay(&settings, &topology).await;
     // The victim likes 120 items; others like the first 10 of them too.
     for i in 0..120 {
         let (s, b) = client
@@ -163,6 +185,19 @@ async fn erasure_takes_back_exactly_the_users_likes_and_resumes_after_kill9() {
     job.wait().unwrap();
     let halfway = app.store.erasures.get(&id).await.unwrap().unwrap();
     assert_eq!(halfway.state, "unliking");
+
+    // Run again, its first unlike failing after the flip, before the produce (as a kill -9
+    // or a broker error there would): the job stops; the flip is on the row, its event
+    // only in the outbox, for the relay.
+    let failing = env(
+        &settings,
+        &[
+            ("LIKES__OPS__ERASE_PURGE_AFTER", "0s"),
+            ("FAILPOINTS", "api-after-flip-before-produce=1*return"),
+        ],
+    );
+    let (ok, out, err) = common::likes(&["erase"], &failing);
+    assert!(!ok && err.contains("injected"), "{out}\n{err}");
 
     // Run again: it resumes at its checkpoint and finishes the walk.
     let fast = env(&settings, &[("LIKES__OPS__ERASE_PURGE_AFTER", "0s")]);

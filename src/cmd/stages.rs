@@ -10,7 +10,7 @@
 use tracing::info;
 
 use crate::config::Settings;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::runtime::metrics;
 use crate::runtime::shutdown::{self, Tasks};
 use crate::runtime::supervise::Health;
@@ -24,31 +24,8 @@ pub async fn run_api(settings: &Settings, topology: &Topology) -> Result<()> {
     } else {
         &["api"]
     };
-    start_metrics(settings, vec![], roles).await?;
+    metrics::serve_configured(settings, vec![], roles).await?;
     crate::api::serve(settings, topology).await
-}
-
-/// Serves /metrics, and /healthz for `health`, when `metrics.listen` is set; the alerting
-/// counters of `roles` start at 0 (see [`metrics::start_at_zero`]).
-pub async fn start_metrics(
-    settings: &Settings,
-    health: Vec<Health>,
-    roles: &[&'static str],
-) -> Result<()> {
-    if settings.metrics.listen.is_empty() {
-        return Ok(());
-    }
-    let addr = settings
-        .metrics
-        .listen
-        .parse()
-        .map_err(|e| Error::Config(format!("metrics.listen: {e}")))?;
-    metrics::install(addr, health).await?;
-    for role in roles {
-        metrics::start_at_zero(role);
-    }
-    info!(%addr, "serving /metrics, /healthz and /readyz");
-    Ok(())
 }
 
 fn health(settings: &Settings, stage: &'static str) -> Health {
@@ -78,7 +55,7 @@ fn spawn_count(tasks: &mut Tasks, settings: &Settings, topology: &Topology, heal
 /// `likes dedupe`
 pub async fn run_dedupe(settings: &Settings, topology: &Topology) -> Result<()> {
     let h = health(settings, "dedupe");
-    start_metrics(settings, vec![h.clone()], &["dedupe"]).await?;
+    metrics::serve_configured(settings, vec![h.clone()], &["dedupe"]).await?;
     let mut tasks = Tasks::new(shutdown::on_signal());
     spawn_dedupe(&mut tasks, settings, topology, h);
     tasks.join().await
@@ -87,7 +64,7 @@ pub async fn run_dedupe(settings: &Settings, topology: &Topology) -> Result<()> 
 /// `likes count`
 pub async fn run_count(settings: &Settings, topology: &Topology) -> Result<()> {
     let h = health(settings, "count");
-    start_metrics(settings, vec![h.clone()], &["count"]).await?;
+    metrics::serve_configured(settings, vec![h.clone()], &["count"]).await?;
     let mut tasks = Tasks::new(shutdown::on_signal());
     spawn_count(&mut tasks, settings, topology, h);
     tasks.join().await
@@ -96,7 +73,7 @@ pub async fn run_count(settings: &Settings, topology: &Topology) -> Result<()> {
 /// `likes topology`: both stages; either ending stops the other, and both are joined.
 pub async fn run_topology(settings: &Settings, topology: &Topology) -> Result<()> {
     let (hd, hc) = (health(settings, "dedupe"), health(settings, "count"));
-    start_metrics(settings, vec![hd.clone(), hc.clone()], &["dedupe", "count"]).await?;
+    metrics::serve_configured(settings, vec![hd.clone(), hc.clone()], &["dedupe", "count"]).await?;
     let mut tasks = Tasks::new(shutdown::on_signal());
     spawn_dedupe(&mut tasks, settings, topology, hd);
     spawn_count(&mut tasks, settings, topology, hc);

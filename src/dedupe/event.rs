@@ -15,16 +15,19 @@ pub struct ValidEvent {
     pub flip: Flip,
 }
 
+/// The metric label of each client platform, by [`ValidEvent::platform_index`].
+pub const PLATFORM_LABELS: [&str; 5] = ["unspecified", "web", "ios", "android", "other"];
+
 impl ValidEvent {
-    /// The client platform as a metric label (`unspecified` for a value this version does
-    /// not know, as from a newer writer).
-    pub fn platform_name(&self) -> &'static str {
+    /// The client platform's index in [`PLATFORM_LABELS`] (0, `unspecified`, for a value
+    /// this version does not know, as from a newer writer).
+    pub fn platform_index(&self) -> usize {
         match ClientPlatform::try_from(self.event.client_platform) {
-            Ok(ClientPlatform::Web) => "web",
-            Ok(ClientPlatform::Ios) => "ios",
-            Ok(ClientPlatform::Android) => "android",
-            Ok(ClientPlatform::Other) => "other",
-            _ => "unspecified",
+            Ok(ClientPlatform::Web) => 1,
+            Ok(ClientPlatform::Ios) => 2,
+            Ok(ClientPlatform::Android) => 3,
+            Ok(ClientPlatform::Other) => 4,
+            _ => 0,
         }
     }
 }

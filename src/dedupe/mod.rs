@@ -93,6 +93,9 @@ struct Batch {
     /// Partition → (first offset, next offset).
     offsets: BTreeMap<i32, (i64, i64)>,
     dead: Vec<DeadLetter>,
+    /// Valid events by client platform (index into `event::PLATFORM_LABELS`), counted once
+    /// per batch rather than per event: the metrics registry is no place for the hot loop.
+    platforms: [u64; event::PLATFORM_LABELS.len()],
 }
 
 struct DeadLetter {
@@ -281,6 +284,11 @@ impl Dedupe {
         self.stats.transactions += 1;
         metrics::counter!(m::TRANSACTIONS).increment(1);
         metrics::counter!(m::EVENTS_IN).increment(pending_msgs.len() as u64);
+        for (label, n) in event::PLATFORM_LABELS.iter().zip(batch.platforms) {
+            if n > 0 {
+                metrics::counter!(m::EVENTS_BY_PLATFORM, "platform" => *label).increment(n);
+            }
+        }
         Ok(())
     }
 
@@ -350,8 +358,7 @@ impl Dedupe {
             }
         };
         if !replay {
-            metrics::counter!(m::EVENTS_BY_PLATFORM, "platform" => valid.platform_name())
-                .increment(1);
+            batch.platforms[valid.platform_index()] += 1;
         }
         metrics::histogram!(m::EVENT_DELAY_SECONDS)
             .record((now - valid.flip.event_time_ms).max(0) as f64 / 1000.0);

@@ -8,6 +8,7 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusBuilder;
 
+use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::runtime::supervise::{Health, Liveness};
 
@@ -77,6 +78,29 @@ pub const RELAY_PASSES: &str = "likes_relay_passes_total";
 pub const CONSUMER_LAG: &str = "likes_consumer_lag_records";
 /// Stages started over in-process after a dependency's error (label `stage`).
 pub const STAGE_RESTARTS: &str = "likes_stage_restarts_total";
+
+/// Serves /metrics, and /healthz for `health`, when `metrics.listen` is set (else nothing);
+/// the alerting counters of `roles` start at 0 (see [`start_at_zero`]).
+pub async fn serve_configured(
+    settings: &Settings,
+    health: Vec<Health>,
+    roles: &[&'static str],
+) -> Result<()> {
+    if settings.metrics.listen.is_empty() {
+        return Ok(());
+    }
+    let addr = settings
+        .metrics
+        .listen
+        .parse()
+        .map_err(|e| Error::Config(format!("metrics.listen: {e}")))?;
+    install(addr, health).await?;
+    for role in roles {
+        start_at_zero(role);
+    }
+    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    Ok(())
+}
 
 /// Puts the counters the alert rules watch on `/metrics` at 0 from the start, with the label
 /// values this process will use: a series that appears only at its first increment shows no
