@@ -13,7 +13,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: image k8s-check k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api
+.PHONY: image k8s-check k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -73,17 +73,27 @@ demo: build ## The main job: api + relay + both stages under load, a viral burst
 	fi; exit $$status
 
 # `make chaos RUNS=100 SEED=1`: seeds SEED..SEED+RUNS-1, SECONDS of load at RATE req/s each.
+# HORIZON=30 gives the run's processes a 30 s dedupe horizon (default: the topology's 7 days).
 RUNS ?= 1
 SEED ?= 1
 SECONDS_PER_RUN ?= 150
 RATE ?= 150
-chaos: up build ## Fault runs: kill -9 of every process, the broker and Cassandra under load; exact counts or a non-zero exit
-	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \
-	  --report $(LIKES_CACHE)/chaos-report.json
+HORIZON ?=
+# Chaos runs the product built with fail points: one API's clock is set off by a test-only
+# environment variable (LIKES_TEST_CLOCK_SKEW_MS).
+chaos-build:
+	@stack/prereqs.sh build
+	$(CARGO) build --workspace --bins --features likes/failpoints
 
-chaos-ci: up build ## The short chaos runs CI does: 2 seeds of 60 s, each with a broker and a Cassandra kill
-	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $${CHAOS_SEED:-1} --runs 2 --seconds 60 --rate 100 --extra-faults 3 \
+chaos: up chaos-build ## Fault runs: kill -9 of every process, the broker and Cassandra, two reconciles at once, 3 APIs (one skewed) under load; HORIZON=30 for a short dedupe horizon; exact counts or a non-zero exit
+	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \
+	  $(if $(HORIZON),--horizon $(HORIZON)) --report $(LIKES_CACHE)/chaos-report.json
+
+chaos-ci: up chaos-build ## The short chaos runs CI does: 2 seeds of 60 s, the second with a 20 s dedupe horizon
+	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $${CHAOS_SEED:-1} --runs 1 --seconds 60 --rate 100 --extra-faults 3 \
 	  --report $(LIKES_CACHE)/chaos-report.json
+	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $$(( $${CHAOS_SEED:-1} + 1 )) --runs 1 --seconds 60 --rate 100 --extra-faults 3 \
+	  --horizon 20 --report $(LIKES_CACHE)/chaos-report-horizon.json
 
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := like_event delta_record http_input session_token

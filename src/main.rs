@@ -155,14 +155,19 @@ struct ScopeArgs {
     /// Every item with an edge or a counter row.
     #[arg(long)]
     all: bool,
+    /// Every item the recount queue names (likes.dlq: flips stage 1 dead-lettered or counted
+    /// on a guess). `reconcile` marks the queue drained once all of them are settled.
+    #[arg(long)]
+    dead_letters: bool,
 }
 
 impl ScopeArgs {
     fn scope(self) -> likes::ops::drift::Scope {
-        match (self.items.is_empty(), self.sample) {
-            (false, _) => likes::ops::drift::Scope::Items(self.items),
-            (true, Some(n)) => likes::ops::drift::Scope::Sample(n),
-            (true, None) => likes::ops::drift::Scope::All,
+        match (self.items.is_empty(), self.sample, self.dead_letters) {
+            (false, _, _) => likes::ops::drift::Scope::Items(self.items),
+            (true, Some(n), _) => likes::ops::drift::Scope::Sample(n),
+            (true, None, true) => likes::ops::drift::Scope::DeadLetters,
+            (true, None, false) => likes::ops::drift::Scope::All,
         }
     }
 }
@@ -256,13 +261,41 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 reason,
             } => {
                 let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
-                let items = likes::ops::drift::items_of(&p, &scope.scope()).await?;
+                let scope = scope.scope();
+                let queue = match scope {
+                    likes::ops::drift::Scope::DeadLetters => {
+                        Some(likes::ops::dead_letters::read(&p)?)
+                    }
+                    _ => None,
+                };
+                let items = match &queue {
+                    Some(q) => q.items.clone(),
+                    None => likes::ops::drift::items_of(&p, &scope).await?,
+                };
                 let report = likes::ops::reconcile::run(&p, items, dry_run, &reason).await?;
                 out(&report.to_string());
-                if report.corrections.iter().any(|c| c.applied == Some(false))
-                    || !report.in_flight.is_empty()
-                {
-                    anyhow::bail!("some items are not reconciled (see above); run again");
+                // A refused correction was retried at a later cut; what is left unsettled
+                // after every attempt is in in_flight.
+                if !report.in_flight.is_empty() {
+                    anyhow::bail!(
+                        "some items are not reconciled (see above); run the same command again"
+                    );
+                }
+                if let (Some(q), false) = (&queue, dry_run) {
+                    likes::ops::dead_letters::drained(&p, q)?;
+                    out(&format!(
+                        "recount queue drained: {} records, {} items{}",
+                        q.records,
+                        q.items.len(),
+                        if q.unattributed > 0 {
+                            format!(
+                                ", {} records naming no item left for a person (see the log)",
+                                q.unattributed
+                            )
+                        } else {
+                            String::new()
+                        }
+                    ));
                 }
             }
             Command::Rebuild => {

@@ -7,6 +7,10 @@ use prost::Message as _;
 use crate::hash;
 use crate::schema::v1::{ClientPlatform, EdgeState, LikeEvent, Source};
 
+/// How many flip times before the previous one an event carries and the edge row keeps
+/// (`earlier_event_times_ms`, `edges.earlier_at`): with the previous flip's, 16 in all.
+pub const EARLIER_FLIPS: usize = 15;
+
 /// The longest item or user id a record may carry, in bytes (the stages dead-letter longer
 /// ones; the API accepts 128).
 pub const MAX_ID_BYTES: usize = 256;
@@ -23,6 +27,8 @@ pub struct Flip<'a> {
     pub event_time_ms: i64,
     /// When the flip before it happened (0 for the first).
     pub prev_event_time_ms: i64,
+    /// When the flips before that one happened, newest first (at most [`EARLIER_FLIPS`]).
+    pub earlier_event_times_ms: &'a [i64],
     pub source: Source,
     /// The client the flip's request came from (analytics only).
     pub platform: ClientPlatform,
@@ -45,6 +51,9 @@ impl Flip<'_> {
             epoch: 0,
             source: self.source as i32,
             prev_event_time_ms: self.prev_event_time_ms,
+            earlier_event_times_ms: self.earlier_event_times_ms
+                [..self.earlier_event_times_ms.len().min(EARLIER_FLIPS)]
+                .to_vec(),
             client_platform: self.platform as i32,
         }
     }
@@ -82,6 +91,7 @@ mod tests {
             liked: false,
             event_time_ms: 2_000,
             prev_event_time_ms: 1_000,
+            earlier_event_times_ms: &[],
             source: Source::Api,
             platform: ClientPlatform::Web,
         };

@@ -25,6 +25,7 @@ mod tests {
             bucket: 12,
             source: Source::Api as i32,
             prev_event_time_ms: 1_699_999_999_000,
+            earlier_event_times_ms: vec![1_699_999_998_000, 1_600_000_000_000],
             client_platform: ClientPlatform::Android as i32,
         };
         let bytes = e.encode_to_vec();

@@ -34,12 +34,20 @@ pub struct Topology {
     pub topics: Topics,
 }
 
-/// Consumer group names of the two stages.
+/// Consumer group names of the two stages, and of the recount queue's drain.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Groups {
     pub dedupe: String,
     pub count: String,
+    /// `likes reconcile --dead-letters` commits here how far into `likes.dlq` it has
+    /// recounted (a topology file older than it gets `likes-recount`).
+    #[serde(default = "default_recount_group")]
+    pub recount: String,
+}
+
+fn default_recount_group() -> String {
+    "likes-recount".into()
 }
 
 /// The topics of the topology, by role.

@@ -122,3 +122,67 @@ async fn a_retry_after_a_failure_right_after_the_flip_replays() {
     assert_eq!(liked["liked"], json!(false), "the later unlike stands");
     fx::teardown(&settings, &topology).await;
 }
+
+/// Issue 23, item 1, as the issue saw it from outside: a like counted and past the horizon,
+/// then an unlike whose publish is lost and a like again (the like reaches stage 1 alone,
+/// op 2 never); and the symmetric case, an unlike reaching stage 1 after two lost flips.
+/// Each edge is counted as it ends, once: 1 for the LIKED edge, 0 for the UNLIKED one.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_expired_like_flipped_around_a_lost_publish_is_counted_once() {
+    use common::api;
+    use likes::relay::{self, Relay};
+    use reqwest::StatusCode;
+
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, mut topology, _app, client) = api::serve("pasthorizon").await;
+    topology.dedupe_ttl = Duration::from_secs(4);
+    let relay_alone = Relay::connect(&settings, &topology).await.unwrap();
+    let mut run = fx::start(&settings, &topology);
+    for (user, item) in [("ann", "item-1"), ("bob", "item-2")] {
+        let (s, e) = client.like(user, item, "like-0").await;
+        assert_eq!(s, StatusCode::OK, "{e}");
+    }
+    let both: BTreeMap<String, i64> = [("item-1".to_string(), 1), ("item-2".to_string(), 1)].into();
+    let have = fx::wait_for_counts(&mut run, &settings, &both, Duration::from_secs(60)).await;
+    assert_eq!(have, both);
+    tokio::time::sleep(Duration::from_secs(6)).await; // both likes are past the horizon now
+
+    // ann: the unlike's publish is lost, the like again is published.
+    fail::cfg("api-after-flip-before-produce", "return").unwrap();
+    let (s, e) = client.unlike("ann", "item-1", "unlike-1").await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+    // bob: the unlike and the like again both lost, then an unlike published.
+    let (s, e) = client.unlike("bob", "item-2", "unlike-1").await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+    let (s, e) = client.like("bob", "item-2", "like-1").await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+    fail::remove("api-after-flip-before-produce");
+    let (s, e) = client.like("ann", "item-1", "like-1").await;
+    assert_eq!(
+        (s, e["opId"].clone()),
+        (StatusCode::OK, serde_json::json!(3)),
+        "{e}"
+    );
+    let (s, e) = client.unlike("bob", "item-2", "unlike-2").await;
+    assert_eq!(
+        (s, e["opId"].clone()),
+        (StatusCode::OK, serde_json::json!(4)),
+        "{e}"
+    );
+    // The relay's pass republishes the current versions: duplicates by then.
+    relay::pass(&relay_alone, Duration::ZERO).await.unwrap();
+    let want: BTreeMap<String, i64> = [("item-1".to_string(), 1)].into();
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await; // and it stays there
+    run.check().await;
+    let (d, _) = run.stop().await;
+    let after = fx::nonzero(&fx::counts(&settings).await);
+    assert_eq!(
+        (have, after),
+        (want.clone(), want),
+        "ann's one LIKED edge counts 1, bob's UNLIKED edge 0"
+    );
+    assert_eq!(d.guessed, 0, "the events carry their history: {d:?}");
+    fx::teardown(&settings, &topology).await;
+}

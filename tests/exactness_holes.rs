@@ -105,6 +105,86 @@ async fn a_replay_past_the_horizon_never_recounts() {
     fx::teardown(&settings, &topology).await;
 }
 
+/// One flip of one edge, with the edge's whole history as the API's row carries it: `times`
+/// are the event times of ops 1..=op, oldest first.
+fn flip_record(
+    topology: &Topology,
+    item: &str,
+    user: &str,
+    op: u64,
+    times: &[i64],
+) -> (String, Vec<u8>) {
+    let n = op as usize;
+    let earlier: Vec<i64> = times[..n.saturating_sub(2)].iter().rev().copied().collect();
+    likes::records::Flip {
+        item,
+        user,
+        op_id: op,
+        liked: op % 2 == 1,
+        event_time_ms: times[n - 1],
+        prev_event_time_ms: if n > 1 { times[n - 2] } else { 0 },
+        earlier_event_times_ms: &earlier,
+        source: likes::schema::v1::Source::Test,
+        platform: likes::schema::v1::ClientPlatform::Unspecified,
+    }
+    .record(topology.buckets)
+}
+
+/// Issue 23, item 1: a flip counted and past the horizon (its stage-1 state gone), then two
+/// more flips a second apart, reaching stage 1 in either order or the older one never. The
+/// LIKED → UNLIKED → LIKED edges must stay at 1, the LIKED → UNLIKED → LIKED → UNLIKED ones
+/// (op 3 never published) go to 0, whatever stage 1 sees first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn flips_after_the_horizon_count_from_the_counted_baseline() {
+    let settings = fx::settings("baseline");
+    let mut topology = Topology::load(None).unwrap();
+    topology.dedupe_ttl = Duration::from_secs(8);
+    fx::setup(&settings, &topology).await;
+    // (item, ops that reach stage 1 after the horizon, in order, the edge's final count)
+    let cases: [(&str, &[u64], i64); 6] = [
+        ("relike-in-order", &[2, 3], 1),
+        ("relike-reordered", &[3, 2], 1),
+        ("relike-op2-lost", &[3], 1),
+        ("unlike-in-order", &[2, 4], 0),
+        ("unlike-reordered", &[4, 2], 0),
+        ("unlike-ops23-lost", &[4], 0),
+    ];
+    let t1 = now_ms();
+    let first: Vec<_> = cases
+        .iter()
+        .map(|(item, _, _)| flip_record(&topology, item, "u", 1, &[t1]))
+        .collect();
+    fx::produce(&settings, &topology, &first).await;
+    let mut run = fx::start(&settings, &topology);
+    let liked: BTreeMap<String, i64> = cases.iter().map(|c| (c.0.to_string(), 1)).collect();
+    let have = fx::wait_for_counts(&mut run, &settings, &liked, Duration::from_secs(60)).await;
+    assert_eq!(have, liked);
+    tokio::time::sleep(Duration::from_secs(10)).await; // op 1 is past the horizon
+
+    let t = now_ms();
+    let times = [t1, t, t + 1000, t + 2000];
+    for (item, ops, _) in &cases {
+        for &op in *ops {
+            // One at a time: stage 1 reads them in this order.
+            let r = flip_record(&topology, item, "u", op, &times[..op as usize]);
+            fx::produce(&settings, &topology, &[r]).await;
+        }
+    }
+    let want: BTreeMap<String, i64> = cases
+        .iter()
+        .filter(|c| c.2 != 0)
+        .map(|c| (c.0.to_string(), c.2))
+        .collect();
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await; // every event read by now
+    run.check().await;
+    let (d, _) = run.stop().await;
+    let after = fx::nonzero(&fx::counts(&settings).await);
+    assert_eq!((&have, &after), (&want, &want), "{d:?}");
+    assert_eq!((d.guessed, d.expired, d.dead_letters), (0, 0, 0), "{d:?}");
+    fx::teardown(&settings, &topology).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replay_after_partitions_moved_never_reemits() {
     let a = fx::settings("handover");

@@ -155,6 +155,7 @@ fn the_released_schema_reads_what_todays_code_writes() {
         liked: true,
         event_time_ms: 1_764_460_800_123,
         prev_event_time_ms: 1_764_460_700_000,
+        earlier_event_times_ms: &[1_764_460_600_000],
         source: today::Source::Api,
         platform: today::ClientPlatform::Ios,
     };

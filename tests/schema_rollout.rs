@@ -58,6 +58,7 @@ async fn old_and_new_events_mixed_on_the_log_count_exactly() {
             let flips = 1 + (i + u) % 3;
             let switch_at = (u % 4) as u64; // 0: all new; 3+: all old
             let mut prev = 0;
+            let mut earlier: Vec<i64> = Vec::new();
             for op in 1..=flips as u64 {
                 let at = now - 60_000 + (op as i64) * 1_000 + u as i64;
                 let flip = Flip {
@@ -67,9 +68,13 @@ async fn old_and_new_events_mixed_on_the_log_count_exactly() {
                     liked: op % 2 == 1,
                     event_time_ms: at,
                     prev_event_time_ms: prev,
+                    earlier_event_times_ms: &earlier.clone(),
                     source: Source::Test,
                     platform: ClientPlatform::Android,
                 };
+                if prev > 0 {
+                    earlier.insert(0, prev);
+                }
                 prev = at;
                 let key = likes::hash::event_key(&item, likes::hash::bucket_of(&user, buckets));
                 let (new, old) = (flip.record(buckets).1, released_bytes(&flip, buckets));

@@ -187,8 +187,31 @@ pub async fn write_as(
     let minute = outbox_minute(now);
     let entry = format!("{:016x}", rand::random::<u64>());
     // The outbox entry and the user's side of a like go before the CAS (the erasure walk may
-    // see an extra edge, never miss one); the read that aims the CAS travels with them.
+    // see an extra edge, never miss one), after the check that the account may still write;
+    // the read that aims the CAS travels with that check.
     let until_cas = async {
+        // A like guesses "no row yet" (most likes are first likes): its `IF NOT EXISTS`
+        // answers with the row when the guess is wrong, so it needs no read first.
+        let peek = async {
+            if liked {
+                return Ok(None);
+            }
+            Ok::<_, ApiError>(s.edges.peek_row(item, req.bucket, user).await?)
+        };
+        // Sessions are stateless tokens: one can outlive its account. A user whose erasure
+        // was requested writes nothing more (the erasure's own unlikes are operators').
+        let refuse_erased = async {
+            if source != Source::Api {
+                return Ok(());
+            }
+            match s.erasures.erased(user).await? {
+                Some(id) => Err(ApiError::Forbidden(format!(
+                    "the account {user} is being erased or was erased (erasure {id}): its sessions can no longer write"
+                ))),
+                None => Ok(()),
+            }
+        };
+        let ((), seen) = tokio::try_join!(refuse_erased, peek)?;
         let by_user = async {
             if liked {
                 app.session
@@ -203,15 +226,7 @@ pub async fn write_as(
                 .await?;
             Ok::<_, ApiError>(())
         };
-        // A like guesses "no row yet" (most likes are first likes): its `IF NOT EXISTS`
-        // answers with the row when the guess is wrong, so it needs no read first.
-        let peek = async {
-            if liked {
-                return Ok(None);
-            }
-            Ok::<_, ApiError>(s.edges.peek_row(item, req.bucket, user).await?)
-        };
-        let ((), (), seen) = tokio::try_join!(by_user, outbox, peek)?;
+        tokio::try_join!(by_user, outbox)?;
         cas(app, &req, seen).await
     };
     // The deadline bounds how long the outbox entry can belong to a request whose CAS is
@@ -310,11 +325,15 @@ async fn cas(
         }
         let edge = seen.as_ref().map(|r| r.edge);
         let already = edge.map(|e| e.liked == req.liked).unwrap_or(!req.liked);
+        // One edge's flip times never go backwards, whichever pod's clock stamps them:
+        // stage 1 reads "past the horizon" off them in op order (docs/exactness.md).
+        let flip_at = edge.map_or(req.now, |e| req.now.max(e.updated_at_ms + 1));
         let to = Edge {
             liked: req.liked,
             op_id: edge.map(|e| e.op_id).unwrap_or(0) + i64::from(!already),
-            updated_at_ms: req.now,
+            updated_at_ms: flip_at,
             prev_at_ms: edge.map(|e| e.updated_at_ms).unwrap_or(0),
+            earlier_at_ms: edge.map(|e| e.earlier_after_flip()).unwrap_or_default(),
             platform: req.platform as i8,
         };
         let remembered = Remembered {

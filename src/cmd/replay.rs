@@ -121,7 +121,7 @@ pub fn run(
         tpl.add_partition_offset(&topic, p, Offset::Offset(o))?;
         let metadata = if is_count {
             // Stage 2 restarts its window clock from the records themselves.
-            crate::count::clock_metadata(0)
+            crate::count::clock_metadata(0, 0)
         } else {
             // Everything below the old position was emitted: the reset rewinds the input,
             // never the history.

@@ -31,13 +31,24 @@ use crate::topology::Topology;
 use sink::{Sink, SinkStats};
 use window::{ResumePoint, Weight, Windows};
 
-/// The commit metadata that carries a partition's clock.
-pub fn clock_metadata(clock_ms: i64) -> String {
-    format!("clock={clock_ms}")
+/// The commit metadata that carries a partition's clock and the length of the window it
+/// starts (`clock=<ms>;window=<ms>`; 0 leaves the length out, for a position on no grid).
+pub fn clock_metadata(clock_ms: i64, window_ms: i64) -> String {
+    if window_ms > 0 {
+        format!("clock={clock_ms};window={window_ms}")
+    } else {
+        format!("clock={clock_ms}")
+    }
 }
 
-fn parse_clock(metadata: &str) -> Option<i64> {
-    metadata.strip_prefix("clock=")?.parse().ok()
+/// (clock, window length; 0 when the metadata does not say, as from older versions).
+fn parse_clock(metadata: &str) -> Option<(i64, i64)> {
+    let rest = metadata.strip_prefix("clock=")?;
+    let (clock, window) = match rest.split_once(";window=") {
+        Some((c, w)) => (c, w.parse().ok()?),
+        None => (rest, 0),
+    };
+    Some((clock.parse().ok()?, window))
 }
 
 /// One stage-2 worker.
@@ -165,12 +176,31 @@ impl Count {
             })
         })?;
         for r in assigned {
+            let (clock_ms, window_ms) = parse_clock(&r.metadata).unwrap_or((0, 0));
             let resume = r.offset.map(|offset| ResumePoint {
                 offset,
-                clock_ms: parse_clock(&r.metadata).unwrap_or(0),
+                clock_ms,
+                window_ms,
             });
-            info!(partition = r.partition, ?resume, "partition ready");
-            self.windows.assign(r.partition, resume);
+            // Only needed when the committed grid is not ours: the end up to which it is kept.
+            let replay_to = match resume {
+                Some(rp) if rp.window_ms > 0 && rp.window_ms != self.windows.window_ms() => {
+                    let timeout = self.settings.kafka.request_timeout;
+                    let (consumer, topic) = (&self.input.consumer, &self.input.topic);
+                    tokio::task::block_in_place(|| {
+                        consumer.fetch_watermarks(topic, r.partition, timeout)
+                    })?
+                    .1
+                }
+                _ => 0,
+            };
+            info!(
+                partition = r.partition,
+                ?resume,
+                replay_to,
+                "partition ready"
+            );
+            self.windows.assign(r.partition, resume, replay_to);
         }
         Ok(())
     }
@@ -246,7 +276,7 @@ impl Count {
         for (p, point) in &points {
             tpl.add_partition_offset(&self.input.topic, *p, Offset::Offset(point.offset))?;
             if let Some(mut e) = tpl.find_partition(&self.input.topic, *p) {
-                e.set_metadata(clock_metadata(point.clock_ms));
+                e.set_metadata(clock_metadata(point.clock_ms, point.window_ms));
             }
         }
         tokio::task::block_in_place(|| self.input.consumer.commit(&tpl, CommitMode::Sync))?;
@@ -411,8 +441,14 @@ mod tests {
     #[test]
     fn clock_metadata_round_trips() {
         assert_eq!(
-            super::parse_clock(&super::clock_metadata(123_000)),
-            Some(123_000)
+            super::parse_clock(&super::clock_metadata(123_000, 250)),
+            Some((123_000, 250))
+        );
+        // Written by versions before the window length was recorded.
+        assert_eq!(super::parse_clock("clock=5"), Some((5, 0)));
+        assert_eq!(
+            super::parse_clock(&super::clock_metadata(7, 0)),
+            Some((7, 0))
         );
         assert_eq!(super::parse_clock(""), None);
     }

@@ -5,8 +5,10 @@
 //! `last_window`: their sum is added and `last_window` moves to the highest. A replayed
 //! window is at or below `last_window` and is skipped. The compare-and-set is on the cached
 //! (count, last_window); stage 2 is the only writer of an item, so it rarely misses, and a
-//! miss returns the row to retry from. A sum that would go below zero is clamped at zero and
-//! counted: a negative count is a bug report, not a number.
+//! miss returns the row to retry from. A sum below zero is stored as it is (the read path
+//! serves it as 0) and counted in a metric that alerts: clamping the row would make a
+//! transient -1 (an unlike's delta ahead of its like's, a correction) permanent once the +1
+//! arrives (issue 23, item 8).
 //!
 //! `like_counts` is partitioned by counter shard, and the conditional writes of all items of
 //! one shard go out as one conditional batch: one Paxos round fences up to `batch_rows` items,
@@ -315,7 +317,7 @@ impl Sink {
                         s.fence_skips += (job.pending.len() - p.fresh.len()) as u64;
                         if p.clamped {
                             s.clamps += 1;
-                            warn!(item = %job.item, window = p.top, "count would go negative; clamped at 0");
+                            warn!(item = %job.item, window = p.top, count = p.next, "count went negative (kept on the row as the true sum; served as 0)");
                         }
                         for (id, delta, applied) in &p.corrections {
                             let outcome = if *applied { "applied" } else { "refused" };
@@ -372,13 +374,18 @@ fn plan(jobs: &mut [Job], stats: &mut SinkStats) -> Vec<Planned> {
         let mut n: i64 = fresh.iter().map(|&(_, d, _)| d).sum();
         // The correction fence: in log order, a correction applies only after the one the
         // row has last, and then becomes it. A replayed one is in a window the fence skips.
+        // Its cut must also be later than the row's last correction's: a recount at an
+        // earlier cut cannot take a later correction out of its count at the cut (the
+        // correction sits after that cut), so it would see a false drift (issue 23, two
+        // reconcile runs at once). Refused, reconcile tries the item again at a later cut.
         let mut last_correction = job.row.and_then(|r| r.2);
         let mut corrections = Vec::new();
         for (w, c) in &job.corrections {
             if *w <= last {
                 continue;
             }
-            let applies = c.after_ms == last_correction.unwrap_or(0);
+            let after = last_correction.unwrap_or(0);
+            let applies = c.after_ms == after && c.cut_ms > after;
             if applies {
                 n = n.saturating_add(c.delta);
                 last_correction = Some(c.cut_ms);
@@ -389,7 +396,7 @@ fn plan(jobs: &mut [Job], stats: &mut SinkStats) -> Vec<Planned> {
         let next = job.row.map(|r| r.0).unwrap_or(0).saturating_add(n);
         planned.push(Planned {
             job: i,
-            next: next.max(0),
+            next,
             top,
             fresh,
             clamped: next < 0,
@@ -535,12 +542,17 @@ mod tests {
     }
 
     #[test]
-    fn a_count_that_would_go_negative_is_clamped_at_zero() {
+    fn a_negative_sum_is_kept_and_flagged_so_a_later_plus_one_restores_it() {
         let mut stats = SinkStats::default();
         let mut jobs = [job(&[(2_000, -3)], Some((1, 1_000, None)), true)];
         let p = plan(&mut jobs, &mut stats);
-        assert_eq!(p[0].next, 0);
+        assert_eq!(p[0].next, -2, "the true sum, not 0");
         assert!(p[0].clamped);
+        // The like whose unlike came first: back to the exact count.
+        let mut jobs = [job(&[(3_000, 3)], Some((-2, 2_000, None)), true)];
+        let p = plan(&mut jobs, &mut stats);
+        assert_eq!(p[0].next, 1);
+        assert!(!p[0].clamped);
     }
 
     fn corrected(row: Option<Row2>, corrections: &[(i64, i64, i64, i64)]) -> Job {
@@ -587,6 +599,28 @@ mod tests {
         )];
         let p = plan(&mut jobs, &mut stats);
         assert_eq!((p[0].next, p[0].last_correction), (13, Some(7_000)));
+    }
+
+    /// Two reconcile runs at once: the later cut's correction lands first; the earlier cut's
+    /// run then reads the row holding it (after = the later cut) and sees a false drift.
+    /// Its correction must be refused, not added.
+    #[test]
+    fn a_correction_from_an_earlier_cut_than_the_rows_last_is_refused() {
+        let mut stats = SinkStats::default();
+        let mut jobs = [corrected(
+            Some((13, 2_000, Some(9_000))),
+            &[(3_000, -3, 7_000, 9_000)],
+        )];
+        let p = plan(&mut jobs, &mut stats);
+        assert_eq!((p[0].next, p[0].last_correction), (13, Some(9_000)));
+        assert_eq!(p[0].corrections, [("c7000".to_string(), -3, false)]);
+        // The same run's correction from a later cut applies.
+        let mut jobs = [corrected(
+            Some((13, 2_000, Some(9_000))),
+            &[(3_000, -3, 11_000, 9_000)],
+        )];
+        let p = plan(&mut jobs, &mut stats);
+        assert_eq!((p[0].next, p[0].last_correction), (10, Some(11_000)));
     }
 
     #[test]

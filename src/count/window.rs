@@ -9,6 +9,13 @@
 //! After a restart the consumer resumes at the first record of the window that was open, with
 //! the clock restored to that window's start (kept in the commit's metadata): the replay
 //! rebuilds the same window from the same records.
+//!
+//! The window length in force travels in the same metadata. A restart with another length
+//! (a deployment changing `window`) keeps the committed grid up to the first boundary both
+//! grids share, then switches: windows the killed process had applied but not committed are
+//! rebuilt on their own grid, so the fence (which compares window end times) skips them.
+//! Without it, 250 ms windows applied before a kill would be re-applied inside the first
+//! 1 s window after it (issue 23, item 4).
 
 use std::collections::HashMap;
 
@@ -75,6 +82,8 @@ pub struct ClosedWindow {
 #[derive(Debug, Default)]
 struct Open {
     id: i64,
+    start_ms: i64,
+    end_ms: i64,
     first_offset: i64,
     items: HashMap<String, ItemDelta>,
     records: u64,
@@ -86,13 +95,50 @@ struct PartitionState {
     clock_ms: i64,
     open: Option<Open>,
     next_offset: i64,
+    /// A committed grid other than this process's, kept while replaying what an earlier
+    /// process may have applied.
+    old_grid: Option<OldGrid>,
 }
 
-/// Where a partition may be committed: the offset to resume from and the clock to resume with.
+/// The grid a partition was committed on, when it is not this process's.
+#[derive(Debug, Clone, Copy)]
+struct OldGrid {
+    len: i64,
+    /// The log's end when the partition was assigned: a process that stopped before this
+    /// one started cannot have applied a window of a record at or past it.
+    replay_to: i64,
+    /// Once the replay reaches `replay_to`: the first boundary both grids share, at or
+    /// after the clock there. The new grid starts there.
+    until: Option<i64>,
+}
+
+impl PartitionState {
+    /// The window `clock` falls in: (start, end), on the grid in force at that clock.
+    fn window_at(&self, clock: i64, window_ms: i64) -> (i64, i64) {
+        let len = match self.old_grid {
+            Some(g) if g.until.is_none_or(|until| clock < until) => g.len,
+            _ => window_ms,
+        };
+        let start = clock.div_euclid(len).saturating_mul(len);
+        (start, start.saturating_add(len))
+    }
+}
+
+/// Where a partition may be committed: the offset to resume from, the clock to resume with,
+/// and the length of the window that clock starts (0: not recorded, as by older versions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResumePoint {
     pub offset: i64,
     pub clock_ms: i64,
+    pub window_ms: i64,
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// The windows of every partition this stage-2 process owns.
@@ -112,11 +158,24 @@ impl Windows {
         }
     }
 
-    /// Starts (or restarts) a partition at a committed resume point.
-    pub fn assign(&mut self, partition: i32, resume: Option<ResumePoint>) {
+    /// The window length this process cuts new windows with.
+    pub fn window_ms(&self) -> i64 {
+        self.window_ms
+    }
+
+    /// Starts (or restarts) a partition at a committed resume point. `replay_to` is the
+    /// partition's end offset now: up to there an earlier process may have applied windows
+    /// it never committed, so a resume point on another grid keeps that grid until then.
+    pub fn assign(&mut self, partition: i32, resume: Option<ResumePoint>, replay_to: i64) {
         let r = resume.unwrap_or(ResumePoint {
             offset: 0,
             clock_ms: 0,
+            window_ms: 0,
+        });
+        let old_grid = (r.window_ms > 0 && r.window_ms != self.window_ms).then_some(OldGrid {
+            len: r.window_ms,
+            replay_to,
+            until: None,
         });
         self.partitions.insert(
             partition,
@@ -124,6 +183,7 @@ impl Windows {
                 clock_ms: r.clock_ms,
                 open: None,
                 next_offset: r.offset,
+                old_grid,
             },
         );
     }
@@ -149,14 +209,26 @@ impl Windows {
         let window_ms = self.window_ms;
         let p = self.partitions.entry(partition).or_default();
         p.clock_ms = p.clock_ms.max(timestamp_ms);
-        let id = p.clock_ms.div_euclid(window_ms);
-        if let Some(open) = p.open.take_if(|o| o.id < id) {
+        if let Some(g) = p.old_grid.as_mut().filter(|g| g.until.is_none()) {
+            if offset >= g.replay_to {
+                // Past anything an earlier process saw: switch at the next shared boundary.
+                let lcm = (g.len / gcd(g.len, window_ms)).saturating_mul(window_ms);
+                let c = p.clock_ms;
+                g.until = Some(if c.rem_euclid(lcm) == 0 {
+                    c
+                } else {
+                    c.div_euclid(lcm).saturating_add(1).saturating_mul(lcm)
+                });
+            }
+        }
+        // Saturating: a log time near i64::MAX (a corrupt timestamp) must not panic.
+        let (start_ms, end_ms) = p.window_at(p.clock_ms, window_ms);
+        if let Some(open) = p.open.take_if(|o| o.start_ms < start_ms) {
             if !open.items.is_empty() {
                 self.closed.push(ClosedWindow {
                     partition,
                     id: open.id,
-                    // Saturating: a log time near i64::MAX (a corrupt timestamp) must not panic.
-                    end_ms: (open.id + 1).saturating_mul(window_ms),
+                    end_ms: open.end_ms,
                     items: open.items,
                     records: open.records,
                     corrections: open.corrections,
@@ -164,7 +236,9 @@ impl Windows {
             }
         }
         let open = p.open.get_or_insert_with(|| Open {
-            id,
+            id: start_ms.div_euclid(end_ms.saturating_sub(start_ms).max(1)),
+            start_ms,
+            end_ms,
             first_offset: offset,
             items: HashMap::new(),
             records: 0,
@@ -232,12 +306,17 @@ impl Windows {
                 let point = match &p.open {
                     Some(o) => ResumePoint {
                         offset: o.first_offset,
-                        clock_ms: o.id * self.window_ms,
+                        clock_ms: o.start_ms,
+                        window_ms: o.end_ms - o.start_ms,
                     },
-                    None => ResumePoint {
-                        offset: p.next_offset,
-                        clock_ms: p.clock_ms,
-                    },
+                    None => {
+                        let (start, end) = p.window_at(p.clock_ms, self.window_ms);
+                        ResumePoint {
+                            offset: p.next_offset,
+                            clock_ms: p.clock_ms,
+                            window_ms: end - start,
+                        }
+                    }
                 };
                 (partition, point)
             })
@@ -287,7 +366,7 @@ mod tests {
     #[test]
     fn windows_close_when_the_clock_passes_them() {
         let mut w = Windows::new(1000);
-        w.assign(0, None);
+        w.assign(0, None, 0);
         let closed = feed(&mut w, LOG);
         assert_eq!(sums(&closed), vec![(1, "a", 3), (1, "b", -1), (2, "a", 5)]);
         assert_eq!(closed[0].end_ms, 2000);
@@ -298,7 +377,8 @@ mod tests {
                 0,
                 ResumePoint {
                     offset: 5,
-                    clock_ms: 3000
+                    clock_ms: 3000,
+                    window_ms: 1000
                 }
             )]
         );
@@ -307,21 +387,22 @@ mod tests {
     #[test]
     fn a_restart_at_the_resume_point_rebuilds_the_same_windows() {
         let mut w = Windows::new(1000);
-        w.assign(0, None);
+        w.assign(0, None, 0);
         let mut all = feed(&mut w, &LOG[..5]); // crash after offset 4: window 2 open since the tick at 3
         let resume = w.resume_points()[0].1;
         assert_eq!(
             resume,
             ResumePoint {
                 offset: 3,
-                clock_ms: 2000
+                clock_ms: 2000,
+                window_ms: 1000
             }
         );
         let mut w2 = Windows::new(1000);
-        w2.assign(0, Some(resume));
+        w2.assign(0, Some(resume), 0);
         all.extend(feed(&mut w2, &LOG[resume.offset as usize..]));
         let mut once = Windows::new(1000);
-        once.assign(0, None);
+        once.assign(0, None, 0);
         assert_eq!(sums(&all), sums(&feed(&mut once, LOG)));
     }
 
@@ -335,14 +416,75 @@ mod tests {
             (3, 3000, None),
         ];
         let mut w = Windows::new(1000);
-        w.assign(0, None);
+        w.assign(0, None, 0);
         feed(&mut w, &log[..1]);
         let first = feed(&mut w, &log[1..2]);
         let resume = w.resume_points()[0].1;
         let mut w2 = Windows::new(1000);
-        w2.assign(0, Some(resume));
+        w2.assign(0, Some(resume), 0);
         let replayed = feed(&mut w2, &log[1..]);
         assert_eq!(sums(&first), vec![(1, "a", 1)]);
         assert_eq!(sums(&replayed), vec![(2, "a", 2)]);
+    }
+
+    /// A kill between the sink's write and the offset commit, then a restart with another
+    /// window length: the windows the killed run applied are rebuilt on their own grid (so
+    /// the fence, comparing end times, skips them), and only from the first shared boundary
+    /// does the new length apply. Every record lands in exactly one applied window.
+    #[test]
+    fn a_window_change_after_an_unclean_stop_keeps_the_old_grid_to_a_shared_boundary() {
+        // One record every 100 ms from 10.0 s to 12.9 s, item "a", +1 each.
+        let log: Vec<Rec> = (0..30)
+            .map(|i| (i, 10_000 + i * 100, Some(("a", 1))))
+            .collect();
+        for (old, new) in [(250, 1000), (1000, 250), (400, 1000), (1000, 300)] {
+            let mut w = Windows::new(old);
+            w.assign(0, None, 0);
+            // Run to 11.4 s: the windows closed by then (say) applied.
+            let first = feed(&mut w, &log[..15]);
+            let applied_to = first.iter().map(|c| c.end_ms).max().unwrap();
+            // The kill: nothing committed since the start, so the restart replays from the
+            // last commit, here the resume point before the first closed window.
+            let resume = ResumePoint {
+                offset: 0,
+                clock_ms: 10_000,
+                window_ms: old,
+            };
+            let mut w2 = Windows::new(new);
+            // The killed run had read up to offset 15.
+            w2.assign(0, Some(resume), 15);
+            let mut replayed = feed(&mut w2, &log);
+            replayed.extend(feed(&mut w2, &[(30, 20_000, None)]));
+            // The fence: a window at or below the row's last_window is skipped.
+            let mut total: i64 = first.iter().map(|c| c.items["a"].delta).sum();
+            let mut last = applied_to;
+            for c in &replayed {
+                if c.end_ms > last {
+                    total += c.items["a"].delta;
+                    last = c.end_ms;
+                }
+            }
+            assert_eq!(total, 30, "{old} ms -> {new} ms: every record once");
+            // And it resumes on the new grid once past the shared boundary.
+            let p = w2.resume_points()[0].1;
+            assert_eq!(p.window_ms, new, "{old} -> {new}: {p:?}");
+        }
+    }
+
+    /// Metadata without a window length (older versions): the current length, as before.
+    #[test]
+    fn a_resume_point_without_a_length_uses_the_current_one() {
+        let mut w = Windows::new(1000);
+        w.assign(
+            0,
+            Some(ResumePoint {
+                offset: 0,
+                clock_ms: 1000,
+                window_ms: 0,
+            }),
+            100,
+        );
+        let closed = feed(&mut w, LOG);
+        assert_eq!(closed[0].end_ms, 2000);
     }
 }

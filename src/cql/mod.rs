@@ -10,16 +10,30 @@ use std::sync::Arc;
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::statement::SerialConsistency;
 
 use crate::config::CqlSettings;
 use crate::error::Result;
 
+/// The serial consistency of every conditional write and SERIAL read, decided here once for
+/// every process: SERIAL (Paxos across all datacenters), never the driver's default
+/// LOCAL_SERIAL. Two LOCAL_SERIAL writers in two datacenters are not linearizable with each
+/// other, and multi-region moves rely on one row's fence being one Paxos group (DESIGN.md,
+/// "Multi-region"). No statement sets its own (a test holds the code to that).
+pub const SERIAL_CONSISTENCY: SerialConsistency = SerialConsistency::Serial;
+
+/// The execution profile every session uses.
+pub fn profile(settings: &CqlSettings) -> ExecutionProfile {
+    ExecutionProfile::builder()
+        .request_timeout(Some(settings.request_timeout))
+        .serial_consistency(Some(SERIAL_CONSISTENCY))
+        .build()
+}
+
 /// Connects to the cluster (not to a keyspace: statements name theirs, so one session can
 /// serve `migrate` before the keyspace exists).
 pub async fn connect(settings: &CqlSettings) -> Result<Arc<Session>> {
-    let profile = ExecutionProfile::builder()
-        .request_timeout(Some(settings.request_timeout))
-        .build();
+    let profile = profile(settings);
     let session = SessionBuilder::new()
         .known_nodes(&settings.nodes)
         .connection_timeout(settings.request_timeout)
@@ -36,4 +50,43 @@ pub fn column_names(rows: &scylla::response::query_result::QueryRowsResult) -> V
         .iter()
         .map(|c| c.name().to_string())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_session_runs_conditional_writes_at_serial() {
+        let settings = crate::config::Settings::load(None).unwrap();
+        assert_eq!(
+            profile(&settings.cql).get_serial_consistency(),
+            Some(SerialConsistency::Serial)
+        );
+    }
+
+    /// One decision in one place: no statement overrides the session's serial consistency
+    /// (the driver's per-statement default is LOCAL_SERIAL only where one is set).
+    #[test]
+    fn no_statement_sets_its_own_serial_consistency() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+        let mut offenders = Vec::new();
+        let mut dirs = vec![std::path::PathBuf::from(root)];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs")
+                    && !path.ends_with("cql/mod.rs")
+                {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    if text.contains("set_serial_consistency") || text.contains("LocalSerial") {
+                        offenders.push(path.display().to_string());
+                    }
+                }
+            }
+        }
+        assert!(offenders.is_empty(), "set per statement in {offenders:?}");
+    }
 }

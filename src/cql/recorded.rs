@@ -12,7 +12,6 @@
 //!   before anything is recorded, and a process refuses to start until it has.
 
 use scylla::client::session::Session;
-use scylla::statement::SerialConsistency;
 
 use crate::error::{Error, Result};
 use crate::topology::Topology;
@@ -59,10 +58,9 @@ async fn has_counter_rows(session: &Session, ks: &str) -> Result<bool> {
 }
 
 async fn put(session: &Session, ks: &str, name: &str, value: i64) -> Result<()> {
-    let mut st = scylla::statement::unprepared::Statement::new(format!(
+    let st = scylla::statement::unprepared::Statement::new(format!(
         "INSERT INTO {ks}.topology_record (name, value) VALUES (?, ?) IF NOT EXISTS"
     ));
-    st.set_serial_consistency(Some(SerialConsistency::Serial));
     session.query_unpaged(st, (name, value)).await?;
     Ok(())
 }
@@ -207,10 +205,9 @@ pub async fn record(
                         r.window_ms
                     )));
                 }
-                let mut st = scylla::statement::unprepared::Statement::new(format!(
+                let st = scylla::statement::unprepared::Statement::new(format!(
                     "UPDATE {ks}.topology_record SET value = ? WHERE name = ? IF value = ?"
                 ));
-                st.set_serial_consistency(Some(SerialConsistency::Serial));
                 session
                     .query_unpaged(st, (window_ms(t), WINDOW_MS, r.window_ms))
                     .await?;
@@ -231,14 +228,13 @@ pub async fn record(
 /// recorded, while no count stage runs.
 async fn convert_fence(session: &Session, ks: &str, window_ms: i64) -> Result<u64> {
     use futures::TryStreamExt;
-    let mut update = session
+    let update = session
         .prepare(format!(
             "UPDATE {ks}.like_counts SET last_window = ? \
              WHERE shard = ? AND item_id = ? IF last_window = ?"
         ))
         .await
         .map_err(|e| Error::Schema(format!("prepare the fence conversion: {e}")))?;
-    update.set_serial_consistency(Some(SerialConsistency::Serial));
     let mut rows = session
         .query_iter(
             format!("SELECT shard, item_id, last_window FROM {ks}.like_counts"),

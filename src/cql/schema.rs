@@ -36,6 +36,9 @@ pub const TABLES: &[TableSpec] = &[
             // The ClientPlatform of the request that made the current flip, for the relay to
             // republish (added after v1.0.0; `likes migrate` adds it to older keyspaces).
             ("platform", "tinyint"),
+            // The times of the flips before prev_at, newest first, at most 15: events carry
+            // them so stage 1 finds a forgotten edge's counted baseline (added after v1.0.0).
+            ("earlier_at", "frozen<list<bigint>>"),
         ],
         partition_key: &["item_id", "bucket"],
         clustering: &["user_id"],
@@ -129,6 +132,20 @@ pub const TABLES: &[TableSpec] = &[
         clustering: &[],
         options: "",
         purpose: "account erasure requests and their progress (the erase job's checkpoint)",
+    },
+    TableSpec {
+        name: "erased_users",
+        // user_key: SHA-256 of the user id (store/erasures.rs), never the id itself: it must
+        // outlive the purge, which removes the id everywhere else.
+        columns: &[
+            ("user_key", "text"),
+            ("erasure_id", "text"),
+            ("requested_at", "timestamp"),
+        ],
+        partition_key: &["user_key"],
+        clustering: &[],
+        options: "",
+        purpose: "a one-way fingerprint of each erased account: the API refuses writes from sessions that outlived it",
     },
     TableSpec {
         name: "topology_record",
@@ -231,7 +248,8 @@ mod tests {
             edges.create_statement("ks"),
             "CREATE TABLE IF NOT EXISTS ks.edges (item_id text, bucket int, user_id text, \
              state tinyint, op_id bigint, updated_at timestamp, prev_at timestamp, epoch bigint, \
-             recent_keys map<int, text>, platform tinyint, PRIMARY KEY ((item_id, bucket), user_id))"
+             recent_keys map<int, text>, platform tinyint, earlier_at frozen<list<bigint>>, \
+             PRIMARY KEY ((item_id, bucket), user_id))"
         );
     }
 

@@ -5,7 +5,7 @@ use prost::Message;
 
 use super::rule::Flip;
 use crate::hash;
-use crate::records::MAX_ID_BYTES;
+use crate::records::{EARLIER_FLIPS, MAX_ID_BYTES};
 use crate::schema::v1::{ClientPlatform, EdgeState, LikeEvent};
 
 /// A LikeEvent that passed validation.
@@ -80,11 +80,18 @@ pub fn parse(
     if key != Some(expected_key.as_bytes()) {
         return Err(format!("record key is not {expected_key:?} (item#bucket)"));
     }
+    // A newer writer may carry more earlier times than this version reads: the newest
+    // EARLIER_FLIPS are the ones that matter.
+    let mut earlier = [0; EARLIER_FLIPS];
+    for (slot, &t) in earlier.iter_mut().zip(&event.earlier_event_times_ms) {
+        *slot = t;
+    }
     let flip = Flip {
         op_id: event.op_id,
         liked,
         event_time_ms: event.event_time_ms,
         prev_event_time_ms: event.prev_event_time_ms,
+        earlier_event_times_ms: earlier,
     };
     Ok(ValidEvent { event, flip })
 }
@@ -104,6 +111,7 @@ mod tests {
             bucket: hash::bucket_of("user-7", 64),
             source: 0,
             prev_event_time_ms: 0,
+            earlier_event_times_ms: vec![],
             client_platform: 0,
         }
     }

@@ -54,6 +54,8 @@ pub struct DedupeStats {
     pub replayed: u64,
     /// Flips older than the horizon with nothing remembered: dead-lettered, not counted.
     pub expired: u64,
+    /// Flips counted with a guessed baseline: each also sent a recount record.
+    pub guessed: u64,
     /// Partitions whose committed offset was out of range (records lost to retention).
     pub offset_resets: u64,
     /// Commit calls that returned with the outcome unknown and were resumed.
@@ -104,6 +106,19 @@ struct DeadLetter {
     partition: i32,
     offset: i64,
     reason: String,
+}
+
+impl DeadLetter {
+    /// The record `m` as it came, with why it goes to the DLQ.
+    fn of(m: &rdkafka::message::OwnedMessage, reason: String) -> Self {
+        DeadLetter {
+            key: m.key().map(<[u8]>::to_vec),
+            payload: m.payload().map(<[u8]>::to_vec),
+            partition: m.partition(),
+            offset: m.offset(),
+            reason,
+        }
+    }
 }
 
 impl Dedupe {
@@ -347,13 +362,7 @@ impl Dedupe {
             Ok(v) => v,
             Err(_) if replay => return Ok(()),
             Err(reason) => {
-                batch.dead.push(DeadLetter {
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload: m.payload().map(<[u8]>::to_vec),
-                    partition: p,
-                    offset: m.offset(),
-                    reason,
-                });
+                batch.dead.push(DeadLetter::of(m, reason));
                 return Ok(());
             }
         };
@@ -376,21 +385,29 @@ impl Dedupe {
             Verdict::Expired => {
                 self.stats.expired += 1;
                 metrics::counter!(m::EXPIRED_FLIPS).increment(1);
-                batch.dead.push(DeadLetter {
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload: m.payload().map(<[u8]>::to_vec),
-                    partition: p,
-                    offset: m.offset(),
-                    reason: format!(
-                        "flip older than the dedupe horizon ({:?}) with no state left: it may be a redelivery of a version counted before, so it is not counted; reconcile the item if it was new",
-                        self.topology.dedupe_ttl
-                    ),
-                });
+                batch.dead.push(DeadLetter::of(m, format!(
+                    "flip older than the dedupe horizon ({:?}) with no state left: it may be a redelivery of a version counted before, so it is not counted; reconcile the item if it was new (likes reconcile --dead-letters)",
+                    self.topology.dedupe_ttl
+                )));
             }
             Verdict::Apply { state, .. } if replay => {
                 batch.edges.insert(key, (state, p));
             }
-            Verdict::Apply { delta, state } => {
+            Verdict::Apply {
+                delta,
+                state,
+                guessed,
+            } => {
+                if guessed {
+                    // Counted, but on a guess: the dead letter asks for a recount of the item
+                    // (`likes reconcile --dead-letters`), so the guess is never silent.
+                    self.stats.guessed += 1;
+                    metrics::counter!(m::GUESSED_FLIPS).increment(1);
+                    batch.dead.push(DeadLetter::of(m, format!(
+                        "{GUESSED}: no state left for the edge and the event does not reach back to a flip past the horizon ({:?}), so \"never liked\" was assumed; recount the item (likes reconcile --dead-letters)",
+                        self.topology.dedupe_ttl
+                    )));
+                }
                 batch.edges.insert(key, (state, p));
                 let [skipped, own] = rule::placed(remembered, valid.flip, delta);
                 if skipped.1 != 0 {
@@ -415,6 +432,9 @@ impl Dedupe {
         Ok(())
     }
 }
+
+/// How the reason of a recount record (a flip counted on a guess, not a dead flip) begins.
+pub const GUESSED: &str = "counted with a guessed baseline";
 
 /// Enqueues a record, serving delivery callbacks while the local queue is full.
 fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?Sized>(
@@ -475,6 +495,7 @@ impl DedupeStats {
         self.transactions += o.transactions;
         self.replayed += o.replayed;
         self.expired += o.expired;
+        self.guessed += o.guessed;
         self.offset_resets += o.offset_resets;
         self.commits_resumed += o.commits_resumed;
     }

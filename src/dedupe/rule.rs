@@ -3,19 +3,31 @@
 //!
 //! An edge's contribution to its item's count is 1 while LIKED, 0 otherwise. op_id grows by
 //! exactly one per real flip, so states alternate: op 1 is always a like, op 2 an unlike, ...
-//! Per edge the stage remembers the last (op_id, state) it counted:
+//! Per edge the stage remembers the last (op_id, state) it counted, until `horizon` after
+//! that op's event time:
 //! - op_id <= remembered: a duplicate or a stale reorder: drop it.
 //! - op_id > remembered: delta = new contribution - remembered contribution. A gap (a flip
 //!   superseded before it was published) is fine: only the end state counts.
-//! - nothing remembered: the previous flip (op_id - 1) was either counted and has since
-//!   expired from state (it is older than the horizon), so its opposite state counted and
-//!   delta = +1 / -1; or it was never counted (not yet seen: reordered, or superseded before
-//!   it was published), so the baseline is "not liked" and delta = +1 / 0. The event's
-//!   `prev_event_time_ms` tells the two apart. (DESIGN.md's shorter rule, +1/-1 always,
-//!   miscounts a reordered or superseded unlike within the horizon by -1.)
+//! - nothing remembered: no earlier op inside the horizon was counted (it would be
+//!   remembered), so the edge's counted baseline is the state of the newest earlier op that
+//!   is already past the horizon: every op that stayed the edge's current version longer
+//!   than the relay takes to publish was counted, and one past the horizon did (docs/
+//!   exactness.md, "Past the horizon"). The event carries the times of the flips before it
+//!   (`prev_event_time_ms` and `earlier_event_times_ms`, newest first), so the rule walks
+//!   them to the first one past the horizon: its state is the baseline. None past it and
+//!   the list reaches op 1: the baseline is "never liked". None past it and the list ends
+//!   before op 1 (more than 16 flips inside the horizon, or an event of an older writer):
+//!   the baseline is unknown. The rule then guesses "never liked" and says so
+//!   ([`Verdict::Apply::guessed`]); stage 1 turns every guess into a recount record that
+//!   `likes reconcile --dead-letters` drains, so a guess is never a silent +1.
+//!   (DESIGN.md's shorter rule, +1/-1 always, miscounts a reordered or superseded unlike
+//!   within the horizon by -1; a rule that looks only at op_id - 1 counts an expired like
+//!   twice when op_id - 1 was never published.)
 //! - nothing remembered and the flip itself older than the horizon: its state, if it was
 //!   ever counted, has expired, so it cannot be told from a redelivery; counting it would
 //!   count a redelivered version again. It is refused ([`Verdict::Expired`]).
+
+use crate::records::EARLIER_FLIPS;
 
 /// What stage 1 remembers of one edge: the last op it counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +46,19 @@ pub struct Flip {
     pub event_time_ms: i64,
     /// Event time of op_id - 1; 0 when op_id is 1 or unknown.
     pub prev_event_time_ms: i64,
+    /// Event times of op_id - 2, op_id - 3, ..., newest first; 0 past the known ones.
+    pub earlier_event_times_ms: [i64; EARLIER_FLIPS],
+}
+
+impl Flip {
+    /// The earlier ops this flip knows the time of, newest first: (op_id, event time).
+    fn known_earlier(&self) -> impl Iterator<Item = (u64, i64)> + '_ {
+        std::iter::once(self.prev_event_time_ms)
+            .chain(self.earlier_event_times_ms.iter().copied())
+            .take_while(|&t| t > 0)
+            .zip((1..self.op_id).rev())
+            .map(|(t, op)| (op, t))
+    }
 }
 
 /// The rule's verdict on one flip.
@@ -41,8 +66,14 @@ pub struct Flip {
 pub enum Verdict {
     /// Duplicate or stale: no delta, state unchanged.
     Drop,
-    /// Count `delta` (-1, 0 or +1) and remember `state`.
-    Apply { delta: i64, state: EdgeVersion },
+    /// Count `delta` (-1, 0 or +1) and remember `state`. `guessed`: nothing was remembered
+    /// and the event did not reach back far enough to know the counted baseline, so
+    /// "never liked" was assumed; the item must be recounted.
+    Apply {
+        delta: i64,
+        state: EdgeVersion,
+        guessed: bool,
+    },
     /// Older than the horizon with nothing remembered: a redelivery of a version counted
     /// once and since forgotten, or a flip stage 1 saw only after its horizon. Neither can
     /// be counted safely; the stage dead-letters it (reconciliation is the backstop).
@@ -63,23 +94,36 @@ pub fn apply(remembered: Option<EdgeVersion>, flip: Flip, now_ms: i64, horizon_m
         event_time_ms: flip.event_time_ms,
     };
     let new = i64::from(flip.liked);
+    let mut guessed = false;
     let delta = match remembered {
         Some(r) if flip.op_id <= r.op_id => return Verdict::Drop,
         Some(r) => new - i64::from(r.liked),
         None if expired(flip.event_time_ms, now_ms, horizon_ms) => return Verdict::Expired,
         None => {
-            let prev_expired = flip.op_id > 1
-                && flip.prev_event_time_ms > 0
-                && expired(flip.prev_event_time_ms, now_ms, horizon_ms);
-            if prev_expired {
-                // The previous flip counted its opposite state.
-                new - i64::from(!flip.liked)
-            } else {
-                new
+            let mut reached_op_1 = flip.op_id == 1;
+            let mut baseline = None;
+            for (op, t) in flip.known_earlier() {
+                if expired(t, now_ms, horizon_ms) {
+                    // Odd ops are likes.
+                    baseline = Some(i64::from(op % 2 == 1));
+                    break;
+                }
+                reached_op_1 = op == 1;
+            }
+            match baseline {
+                Some(b) => new - b,
+                None => {
+                    guessed = !reached_op_1;
+                    new
+                }
             }
         }
     };
-    Verdict::Apply { delta, state }
+    Verdict::Apply {
+        delta,
+        state,
+        guessed,
+    }
 }
 
 /// Where on the edge clock a flip's delta happened, as (event time, delta) parts. A flip
@@ -114,13 +158,8 @@ mod tests {
 
     /// The flips of one edge: op n is a like when n is odd; one second apart.
     fn flip(op_id: u64) -> Flip {
-        let t = NOW - 1000 * (100 - op_id as i64);
-        Flip {
-            op_id,
-            liked: op_id % 2 == 1,
-            event_time_ms: t,
-            prev_event_time_ms: if op_id > 1 { t - 1000 } else { 0 },
-        }
+        let times: Vec<i64> = (1..=op_id as i64).map(|k| NOW - 1000 * (100 - k)).collect();
+        history_flip(op_id, &times)
     }
 
     #[test]
@@ -169,11 +208,33 @@ mod tests {
         }
     }
 
+    /// Op `op_id` of an edge whose flips 1..=op_id happened at `times` (oldest first).
+    fn history_flip(op_id: u64, times: &[i64]) -> Flip {
+        let n = times.len();
+        let mut earlier = [0; EARLIER_FLIPS];
+        for (slot, &t) in earlier
+            .iter_mut()
+            .zip(times[..n.saturating_sub(2)].iter().rev())
+        {
+            *slot = t;
+        }
+        Flip {
+            op_id,
+            liked: op_id % 2 == 1,
+            event_time_ms: times[n - 1],
+            prev_event_time_ms: if n > 1 { times[n - 2] } else { 0 },
+            earlier_event_times_ms: earlier,
+        }
+    }
+
     fn run(order: &[u64], start: Option<EdgeVersion>) -> i64 {
         let mut state = start;
         let mut total = 0;
         for &op in order {
-            if let Verdict::Apply { delta, state: s } = apply(state, flip(op), NOW, H) {
+            if let Verdict::Apply {
+                delta, state: s, ..
+            } = apply(state, flip(op), NOW, H)
+            {
                 total += delta;
                 state = Some(s);
             }
@@ -229,6 +290,7 @@ mod tests {
             liked: false,
             event_time_ms: NOW,
             prev_event_time_ms: NOW - 30 * 24 * 3600 * 1000,
+            earlier_event_times_ms: [0; EARLIER_FLIPS],
         };
         assert_eq!(
             apply(None, unlike, NOW, H),
@@ -238,7 +300,8 @@ mod tests {
                     op_id: 2,
                     liked: false,
                     event_time_ms: NOW
-                }
+                },
+                guessed: false,
             }
         );
     }
@@ -247,13 +310,10 @@ mod tests {
     /// (nothing remembered), so only the event's own age can tell it is not new.
     fn redelivered_long_after(op_id: u64) -> i64 {
         let t = NOW - 8 * 24 * 3600 * 1000; // counted 8 days ago; the horizon is 7
-        let f = Flip {
-            op_id,
-            liked: op_id % 2 == 1,
-            event_time_ms: t,
-            prev_event_time_ms: if op_id > 1 { t - 1000 } else { 0 },
-        };
-        match apply(None, f, NOW, H) {
+        let times: Vec<i64> = (1..=op_id as i64)
+            .map(|k| t - 1000 * (op_id as i64 - k))
+            .collect();
+        match apply(None, history_flip(op_id, &times), NOW, H) {
             Verdict::Apply { delta, .. } => delta,
             _ => 0,
         }
@@ -275,6 +335,97 @@ mod tests {
             "a redelivered unlike re-counted"
         );
         assert_eq!(redelivered_long_after(4), 0);
+    }
+
+    /// Issue 23, item 1: op 1 (a like) counted 8 days ago and expired from state; on day 8 the
+    /// user unlikes (op 2) and likes again (op 3) a second apart. Whatever order ops 2 and 3
+    /// reach stage 1 in, and if op 2 never does, the edge ends LIKED and was counted once
+    /// already: the deltas must sum to 0. The symmetric case (op 3 lost, op 4 an unlike) must
+    /// sum to -1.
+    #[test]
+    fn an_expired_like_flipped_twice_is_counted_once_in_every_order() {
+        let day = 24 * 3600 * 1000;
+        // Op 1 counted and expired; ops 2 and 3 today: LIKED, counted already: 0 more.
+        let t = [NOW - 8 * day, NOW - 3000, NOW - 2000, NOW - 1000];
+        for order in [&[2, 3][..], &[3, 2], &[3]] {
+            let sum = sum_of(&t, order);
+            assert_eq!(sum, 0, "ops {order:?} after a counted, expired like");
+        }
+        // Ops 1 and 2 counted and expired (the edge counts 0 so far); ops 3 and 4 today end
+        // UNLIKED: nothing more to count.
+        let t = [NOW - 9 * day, NOW - 8 * day, NOW - 2000, NOW - 1000];
+        for order in [&[3, 4][..], &[4, 3], &[4]] {
+            let sum = sum_of(&t, order);
+            assert_eq!(sum, 0, "ops {order:?} after a counted, expired unlike");
+        }
+        // Op 1 counted and expired, then ops 2, 3 and 4 (op 3 lost): LIKED to UNLIKED: -1.
+        let t = [NOW - 8 * day, NOW - 3000, NOW - 2000, NOW - 1000];
+        for order in [&[2, 4][..], &[4, 2], &[4]] {
+            let sum = sum_of(&t, order);
+            assert_eq!(sum, -1, "ops {order:?}: a counted like, now unliked");
+        }
+    }
+
+    /// The deltas of `ops` of an edge whose flips 1.. happened at `times`, reaching stage 1
+    /// in that order with nothing remembered at first.
+    fn sum_of(times: &[i64], ops: &[u64]) -> i64 {
+        let mut state = None;
+        let mut total = 0;
+        for &op in ops {
+            let f = history_flip(op, &times[..op as usize]);
+            if let Verdict::Apply {
+                delta, state: s, ..
+            } = apply(state, f, NOW, H)
+            {
+                total += delta;
+                state = Some(s);
+            }
+        }
+        total
+    }
+
+    /// The baseline is the newest op past the horizon, however deep in the event's list.
+    #[test]
+    fn the_baseline_is_the_newest_op_past_the_horizon() {
+        let day = 24 * 3600 * 1000;
+        // Ops 1-3 long ago (op 3, a like, counted and expired), then ops 4-12 today.
+        let mut times = vec![NOW - 30 * day, NOW - 20 * day, NOW - 10 * day];
+        times.extend((4..=12).map(|k| NOW - 1000 * (20 - k)));
+        for n in 4..=12u64 {
+            let v = apply(None, history_flip(n, &times[..n as usize]), NOW, H);
+            let Verdict::Apply { delta, guessed, .. } = v else {
+                panic!("op {n} applies: {v:?}")
+            };
+            assert!(!guessed, "op {n}: the list reaches op 3");
+            // The baseline is op 3's like.
+            assert_eq!(delta, i64::from(n % 2 == 1) - 1, "op {n}");
+        }
+    }
+
+    /// More flips inside the horizon than the event carries, or an event of a writer older
+    /// than `earlier_event_times_ms`: the baseline is unknown, the verdict says it guessed.
+    #[test]
+    fn an_unknown_baseline_is_a_guess_and_says_so() {
+        let times: Vec<i64> = (1..=20).map(|k| NOW - 1000 * (30 - k)).collect();
+        let v = apply(None, history_flip(20, &times), NOW, H);
+        assert!(
+            matches!(v, Verdict::Apply { guessed: true, .. }),
+            "20 flips, 16 known: {v:?}"
+        );
+        let v = apply(None, history_flip(16, &times[..16]), NOW, H);
+        assert!(
+            matches!(v, Verdict::Apply { guessed: false, .. }),
+            "16 flips, all known: {v:?}"
+        );
+        let older_writer = Flip {
+            earlier_event_times_ms: [0; EARLIER_FLIPS],
+            ..history_flip(3, &times[..3])
+        };
+        let v = apply(None, older_writer, NOW, H);
+        assert!(matches!(v, Verdict::Apply { guessed: true, .. }), "{v:?}");
+        // Known down to op 1, or remembered: never a guess.
+        let v = apply(None, history_flip(2, &times[..2]), NOW, H);
+        assert!(matches!(v, Verdict::Apply { guessed: false, .. }), "{v:?}");
     }
 
     #[test]

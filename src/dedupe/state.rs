@@ -316,6 +316,7 @@ mod tests {
             liked: false,
             event_time_ms: turn_now,
             prev_event_time_ms: liked.event_time_ms,
+            earlier_event_times_ms: [0; crate::records::EARLIER_FLIPS],
         };
         let remembered = s.get(&k, turn_now).unwrap();
         let verdict = crate::dedupe::rule::apply(remembered, unlike, turn_now, h);

@@ -130,6 +130,27 @@ pub fn stored_liked_at(h: StoredHistory, k: i64) -> Option<bool> {
     )
 }
 
+/// Runs `f` until it succeeds, retrying an error worth retrying (a broker or database
+/// restarting, a timeout) with backoff until `deadline`; then the last error.
+pub async fn retry_transient<T>(
+    what: &str,
+    deadline: Instant,
+    mut f: impl FnMut() -> Result<T>,
+) -> Result<T> {
+    let mut wait = Duration::from_millis(200);
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_retryable() && Instant::now() + wait < deadline => {
+                tracing::warn!(error = %e, retry_in = ?wait, "{what}: transient error; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// An item's counter row: (count, last_window, last_correction).
 pub type CountRow = (i64, Option<i64>, Option<i64>);
 
@@ -316,9 +337,16 @@ impl Pipeline {
         partitions: &[i32],
     ) -> Result<HashMap<i32, Option<i64>>> {
         let timeout = self.settings.kafka.request_timeout;
+        // read_uncommitted: a read_committed client asks for *stable* offsets, and the broker
+        // answers UNSTABLE_OFFSET_COMMIT for as long as the group has a transaction open,
+        // which stage 1 under traffic nearly always has; librdkafka retries that until its
+        // timeout and reports "Meta data fetch error" (issue 23: drift and rebuild failed
+        // under live likes). The offsets a transaction has not committed yet are not
+        // returned either way: what comes back is the last committed position.
         let c: BaseConsumer = crate::kafka::client_config(&self.settings.kafka)
             .set("group.id", group)
             .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_uncommitted")
             .create()?;
         let mut ask = TopicPartitionList::new();
         for &p in partitions {
@@ -344,10 +372,19 @@ impl Pipeline {
         started: Instant,
         who: &str,
     ) -> Result<()> {
-        let ends = self.ends(topic)?;
+        let deadline = started + self.settings.ops.wait_timeout;
+        let ends = retry_transient(&format!("reading the end of {topic}"), deadline, || {
+            self.ends(topic)
+        })
+        .await?;
         let partitions: Vec<i32> = ends.iter().map(|e| e.0).collect();
         loop {
-            let committed = self.committed(group, topic, &partitions)?;
+            let committed = retry_transient(
+                &format!("reading {who}'s committed offsets"),
+                deadline,
+                || self.committed(group, topic, &partitions),
+            )
+            .await?;
             let behind: i64 = ends
                 .iter()
                 .map(|&(p, low, high)| {
@@ -563,6 +600,37 @@ impl Pipeline {
                 recount: by_item.get(item).cloned().unwrap_or(Ok(0)),
             })
             .collect())
+    }
+
+    /// Up to `n` items drawn at random from the edges (an edge partition at each of `n`
+    /// random tokens), so a sample reaches items that have likes but no counter row: a flip
+    /// dead-lettered or lost before it was ever counted (issue 23, item 6).
+    pub async fn random_edge_items(&self, n: usize) -> Result<Vec<String>> {
+        use futures::stream::{self, StreamExt, TryStreamExt};
+        let ks = &self.settings.cql.keyspace;
+        let st = crate::store::prepare(
+            &self.session,
+            format!("SELECT item_id FROM {ks}.edges WHERE token(item_id, bucket) >= ? LIMIT 1"),
+        )
+        .await?;
+        let found: Vec<Option<String>> = stream::iter(0..n)
+            .map(|_| {
+                let st = &st;
+                async move {
+                    let token: i64 = rand::random();
+                    let rows = self
+                        .session
+                        .execute_unpaged(st, (token,))
+                        .await?
+                        .into_rows_result()?;
+                    Ok::<_, Error>(rows.maybe_first_row::<(String,)>()?.map(|r| r.0))
+                }
+            })
+            .buffer_unordered(self.settings.ops.recount_concurrency)
+            .try_collect()
+            .await?;
+        let set: std::collections::BTreeSet<String> = found.into_iter().flatten().collect();
+        Ok(set.into_iter().collect())
     }
 
     /// Every item that has an edge or a counter row.

@@ -16,6 +16,8 @@ pub enum Scope {
     /// N items: the hottest half by count, the rest drawn at random.
     Sample(usize),
     All,
+    /// The items of the recount queue (`likes.dlq`, see `dead_letters`).
+    DeadLetters,
 }
 
 pub async fn items_of(p: &Pipeline, scope: &Scope) -> Result<Vec<String>> {
@@ -26,6 +28,7 @@ pub async fn items_of(p: &Pipeline, scope: &Scope) -> Result<Vec<String>> {
             set.into_iter().cloned().collect()
         }
         Scope::All => p.all_items().await?,
+        Scope::DeadLetters => super::dead_letters::read(p)?.items,
         Scope::Sample(n) => {
             let mut by_count: Vec<(String, i64)> = p
                 .stores
@@ -38,8 +41,17 @@ pub async fn items_of(p: &Pipeline, scope: &Scope) -> Result<Vec<String>> {
             by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             let hot = n.div_ceil(2).min(by_count.len());
             let mut rest: Vec<String> = by_count.split_off(hot).into_iter().map(|x| x.0).collect();
+            let v: Vec<String> = by_count.into_iter().map(|x| x.0).collect();
+            // The random part draws from the edges as well as the counter rows: an item
+            // with likes and no row (its flips dead-lettered, or never published) drifts by
+            // every like it has, and only the edges know it exists.
+            let chosen: std::collections::BTreeSet<&String> = v.iter().collect();
+            let from_edges = p.random_edge_items(n - hot).await?;
+            rest.extend(from_edges.into_iter().filter(|i| !chosen.contains(i)));
+            rest.sort();
+            rest.dedup();
             rest.shuffle(&mut rand::rng());
-            let mut v: Vec<String> = by_count.into_iter().map(|x| x.0).collect();
+            let mut v = v;
             v.extend(rest.into_iter().take(n - hot));
             v
         }

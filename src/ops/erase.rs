@@ -8,11 +8,15 @@
 //!    walk goes in item order and checkpoints its position on the erasure record: a killed
 //!    job resumes there.
 //! 2. **Purge,** `ops.erase_purge_after` later (past the dedupe horizon, see the config):
-//!    the user's edge rows (each deleted by compare-and-set on the op_id it was read at),
-//!    their retraction records, the `edges_by_user` partition, and last the user id on the
-//!    erasure record. Until then the edge rows hold the user id and the versions exactness
-//!    needs: a row deleted while stage 1 still remembers its edge would restart at op_id 1,
-//!    and its next like would be dropped as stale.
+//!    the user's edge rows whose last flip is past the horizon too (each deleted by
+//!    compare-and-set on the op_id it was read at), their retraction records, their
+//!    `edges_by_user` rows one by one, and last, once a walk finds no row left, the user id
+//!    on the erasure record. Until then the edge rows hold the user id and the versions
+//!    exactness needs: a row deleted while stage 1 still remembers its edge would restart at
+//!    op_id 1, and its next like would be dropped as stale.
+//!
+//! From the moment the erasure is requested the API refuses the user's writes (403): a
+//! session token can outlive its account (`erased_users`, store/erasures.rs).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,7 +119,10 @@ impl Statements {
                 "DELETE FROM {ks}.retractions WHERE item_id = ? AND user_id = ?"
             ))
             .await?,
-            delete_by_user: p(format!("DELETE FROM {ks}.edges_by_user WHERE user_id = ?")).await?,
+            delete_by_user: p(format!(
+                "DELETE FROM {ks}.edges_by_user WHERE user_id = ? AND item_id = ?"
+            ))
+            .await?,
         })
     }
 
@@ -206,11 +213,7 @@ async fn work(app: &Arc<App>, st: &Statements, pace: &Pace, mut e: Erasure) -> R
         e = store.get(&e.id).await?.unwrap_or(e);
         info!(id = %e.id, walked = e.walked, unliked = e.unliked, "erase: every like taken back");
     }
-    let wait = app
-        .settings
-        .ops
-        .erase_purge_after
-        .max(app.settings.api.relay_min_age * 2);
+    let wait = purge_wait(app);
     let due = e
         .unliked_at_ms
         .unwrap_or(i64::MAX)
@@ -250,6 +253,15 @@ async fn unlike(app: &App, user: &str, item: &str, id: &str) -> Result<bool> {
     Ok(answer.changed)
 }
 
+/// How old an erasure's unlikes, and each row's last flip, must be before the purge:
+/// `ops.erase_purge_after` (past the dedupe horizon), never under two relay ages.
+fn purge_wait(app: &App) -> Duration {
+    app.settings
+        .ops
+        .erase_purge_after
+        .max(app.settings.api.relay_min_age * 2)
+}
+
 async fn purge(app: &App, st: &Statements, e: &Erasure, user: &str) -> Result<()> {
     let bucket = crate::hash::bucket_of(user, app.topology.buckets) as i32;
     // First a check that nothing was liked again since the walk (a session that outlived
@@ -273,7 +285,13 @@ async fn purge(app: &App, st: &Statements, e: &Erasure, user: &str) -> Result<()
         app.store.erasures.mark_unliked(&e.id, now_ms()).await?;
         return Ok(());
     }
-    info!(id = %e.id, "erase: purging the user's rows");
+    // A row is purged only once its own last flip is `purge_wait` old (past stage 1's
+    // horizon, see the config): deleted earlier, a later like would restart at op 1 while
+    // stage 1 still remembers the old op, and be dropped as stale (count -1 for good). The
+    // erasure's unlike is not the row's last flip when a like and an unlike came after it.
+    let settle_ms = purge_wait(app).as_millis() as i64;
+    let mut young = 0;
+    info!(id = %e.id, rows = items.len(), "erase: purging the user's rows");
     for item in &items {
         if let Some(edge) = app.store.edges.read(item, bucket, user).await? {
             if edge.liked {
@@ -281,6 +299,10 @@ async fn purge(app: &App, st: &Statements, e: &Erasure, user: &str) -> Result<()
                     "erasure {}: {item} was liked again during the purge; run again",
                     e.id
                 )));
+            }
+            if edge.updated_at_ms + settle_ms > now_ms() {
+                young += 1;
+                continue;
             }
             let r = app
                 .session
@@ -296,10 +318,21 @@ async fn purge(app: &App, st: &Statements, e: &Erasure, user: &str) -> Result<()
         app.session
             .execute_unpaged(&st.delete_retractions, (item, user))
             .await?;
+        // One row at a time, never the partition: a row written during the purge (a session
+        // that outlived the account, before the API refused it) survives to the re-walk.
+        app.session
+            .execute_unpaged(&st.delete_by_user, (user, item))
+            .await?;
     }
-    app.session
-        .execute_unpaged(&st.delete_by_user, (user,))
-        .await?;
+    if young > 0 {
+        info!(id = %e.id, young, due_in = ?Duration::from_millis(settle_ms as u64), "erase: rows flipped too recently to purge; the purge waits for them");
+        return Ok(());
+    }
+    // Purged only when a walk finds nothing left: the record then forgets the user.
+    if !st.items_after(app, user, "").await?.is_empty() {
+        warn!(id = %e.id, "erase: the user's index gained rows during the purge; the next run takes them back");
+        return Ok(());
+    }
     app.store.erasures.mark_purged(&e.id, now_ms()).await?;
     info!(id = %e.id, "erase: purged; the erasure record no longer names the user");
     Ok(())

@@ -2,6 +2,7 @@
 //! Each is safe to run twice and to kill halfway, and says what it is doing.
 
 pub mod cut;
+pub mod dead_letters;
 pub mod drift;
 pub mod erase;
 pub mod progress;

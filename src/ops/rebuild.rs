@@ -192,9 +192,11 @@ async fn finish(
     let mut rows = 0;
     for (item, v) in &value {
         if *v < 0 {
-            warn!(%item, value = v, "the rebuilt count would be negative; clamped at 0");
+            // Kept as the true sum (served as 0), as stage 2 keeps it: the tail's deltas
+            // bring it back up.
+            warn!(%item, value = v, "the rebuilt count is negative at the cut");
         }
-        let v = (*v).max(0);
+        let v = *v;
         likes += v;
         let existing = p.count_row(item).await?;
         write_row(p, item, v, w0, k, existing).await?;
@@ -263,7 +265,10 @@ fn commit_resume(
     for &(partition, offset) in resume {
         tpl.add_partition_offset(topic, partition, Offset::Offset(offset))?;
         if let Some(mut e) = tpl.find_partition(topic, partition) {
-            e.set_metadata(crate::count::clock_metadata(w0));
+            e.set_metadata(crate::count::clock_metadata(
+                w0,
+                p.topology.window.as_millis() as i64,
+            ));
         }
     }
     tokio::task::block_in_place(|| c.commit(&tpl, CommitMode::Sync))?;

@@ -12,11 +12,13 @@
 //! - a re-run after a kill waits until the pipeline has passed its own, later cut, so the
 //!   first run's correction is on the row before the recount, which then finds no drift;
 //! - two runs at once: the later cut's correction was computed without the earlier one, and
-//!   is refused if the earlier one lands first (run again to converge).
+//!   is refused if the earlier one lands first; a correction whose cut is not after the row's
+//!   last correction's is refused too (its recount could not take that later correction out
+//!   of its count at the cut). Either way the refused run recounts the item at a later cut.
 //!
 //! A replay of `likes.deltas` re-reads a correction in its original window: the window fence
-//! skips it. A correction that would take a count below zero is clamped by the sink and
-//! counted in `likes_count_clamps_total`, which alerts.
+//! skips it. A correction that takes a count below zero is kept as the true sum by the sink
+//! (served as 0) and counted in `likes_count_clamps_total`, which alerts.
 
 use std::time::Duration;
 
@@ -43,7 +45,8 @@ pub struct ReconcileReport {
     pub cuts: Vec<i64>,
     pub checked: usize,
     pub corrections: Vec<Sent>,
-    /// Items still in flight after every attempt: (item, user whose edge kept flipping).
+    /// Items still unsettled after every attempt: (item, user whose edge kept flipping), the
+    /// user empty when the item's corrections were refused at every cut.
     pub in_flight: Vec<(String, String)>,
     pub dry_run: bool,
 }
@@ -53,16 +56,25 @@ impl std::fmt::Display for ReconcileReport {
         for c in &self.corrections {
             let verdict = match c.applied {
                 Some(true) => "applied",
-                Some(false) => "REFUSED (another correction landed first; run again)",
+                Some(false) => {
+                    "refused (another correction landed first; recounted at a later cut)"
+                }
                 None => "not sent (--dry-run)",
             };
             writeln!(f, "{:<32} {:>+8}  {}  {verdict}", c.item, c.delta, c.id)?;
         }
         for (item, user) in &self.in_flight {
-            writeln!(
-                f,
-                "{item:<32} in flight: {user}'s edge flipped twice since each cut; run again"
-            )?;
+            if user.is_empty() {
+                writeln!(
+                    f,
+                    "{item:<32} its corrections were refused at every cut (another run kept landing first); run again"
+                )?;
+            } else {
+                writeln!(
+                    f,
+                    "{item:<32} in flight: {user}'s edge flipped twice since each cut; run again"
+                )?;
+            }
         }
         write!(
             f,
@@ -109,6 +121,8 @@ pub async fn run(
             "reconcile: waiting for the pipeline to pass the cut"
         );
         p.wait_past(k, true).await?;
+        // Fault-test hook: another run overtakes this one between its cut and its recount.
+        fail::fail_point!("reconcile-after-wait");
         let views = p.items_at(&todo, k).await?;
         let mut again = Vec::new();
         let mut sent = Vec::new();
@@ -163,7 +177,10 @@ pub async fn run(
                 let row = p.count_row(&c.item).await?;
                 let applied = row.2 == Some(tag);
                 if !applied {
-                    warn!(item = %c.item, id = %c.id, "correction refused by the correction fence");
+                    // Another run's correction landed first (or one from a later cut): this
+                    // recount is stale. The item is recounted at the next, later cut.
+                    warn!(item = %c.item, id = %c.id, "correction refused by the correction fence; recounting the item at a later cut");
+                    again.push((c.item.clone(), String::new()));
                 }
                 c.applied = Some(applied);
             }

@@ -13,7 +13,24 @@ pub fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
+    #[cfg(feature = "failpoints")]
+    skew_from_env();
     system + SKEW_MS.load(Ordering::Relaxed)
+}
+
+/// Test builds: `LIKES_TEST_CLOCK_SKEW_MS` sets this process's clock off by that much from
+/// its start, as a pod whose clock is off (`likes-tools chaos` runs one API so).
+#[cfg(feature = "failpoints")]
+fn skew_from_env() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Some(ms) = std::env::var("LIKES_TEST_CLOCK_SKEW_MS")
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+        {
+            SKEW_MS.fetch_add(ms, Ordering::Relaxed);
+        }
+    });
 }
 
 /// Moves this process's clock forward by `by` (a horizon or a TTL passes at once). Test

@@ -20,6 +20,8 @@ pub const EVENTS_BY_PLATFORM: &str = "likes_dedupe_events_by_platform_total";
 /// Stage 1: events dropped as duplicates or stale reorders.
 pub const DUPLICATES: &str = "likes_dedupe_duplicates_total";
 pub const EXPIRED_FLIPS: &str = "likes_dedupe_expired_flips_total";
+/// Stage 1: flips counted with a guessed baseline (a recount record went to `likes.dlq`).
+pub const GUESSED_FLIPS: &str = "likes_dedupe_guessed_flips_total";
 pub const COMMITS_RESUMED: &str = "likes_dedupe_commits_resumed_total";
 pub const OFFSET_RESETS: &str = "likes_offset_out_of_range_total";
 /// Stage 1: combined Delta records written to `likes.deltas`.
@@ -41,7 +43,7 @@ pub const FENCE_SKIPS: &str = "likes_count_fence_skips_total";
 pub const SINK_LWTS: &str = "likes_count_lwts_total";
 /// Stage 2: compare-and-set misses retried.
 pub const CAS_RETRIES: &str = "likes_count_cas_retries_total";
-/// Stage 2: counts clamped at zero (alert on any).
+/// Stage 2: writes that left a count below zero (kept as the true sum, served as 0; alert).
 pub const CLAMPS: &str = "likes_count_clamps_total";
 /// Stage 2: reconcile corrections decided at the correction fence (label `outcome`: applied,
 /// refused). A refusal is a correction sent twice or overtaken by a newer recount.
@@ -230,6 +232,10 @@ fn describe() {
         "flips older than the dedupe horizon with no state left: dead-lettered, not counted"
     );
     describe_counter!(
+        GUESSED_FLIPS,
+        "flips counted with nothing remembered and too little history to know the edge's counted baseline: each also sent a recount record to the dead-letter topic"
+    );
+    describe_counter!(
         COMMITS_RESUMED,
         "stage-1 transaction commits whose outcome was unknown (a timeout, the broker away) and were resumed"
     );
@@ -255,7 +261,10 @@ fn describe() {
     );
     describe_counter!(SINK_LWTS, "conditional writes to like_counts");
     describe_counter!(CAS_RETRIES, "compare-and-set misses retried");
-    describe_counter!(CLAMPS, "counts clamped at zero; alert on any");
+    describe_counter!(
+        CLAMPS,
+        "counter writes that left a count below zero (the row keeps the true sum, reads serve 0); alert on any"
+    );
     describe_counter!(
         CORRECTIONS,
         "reconcile corrections applied or refused at the correction fence"

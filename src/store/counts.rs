@@ -31,7 +31,8 @@ impl Counts {
         })
     }
 
-    /// An item's count and as_of (ms); (0, None) before its first window is applied.
+    /// An item's count and as_of (ms); (0, None) before its first window is applied. A
+    /// negative sum on the row (transient, and alerting: see count/sink.rs) is served as 0.
     pub async fn read(&self, shard: i32, item: &str) -> Result<(i64, Option<i64>)> {
         let row = self
             .session
@@ -39,7 +40,9 @@ impl Counts {
             .await?
             .into_rows_result()?
             .maybe_first_row::<(Option<i64>, Option<CqlTimestamp>)>()?;
-        Ok(row.map_or((0, None), |(c, at)| (c.unwrap_or(0), at.map(|t| t.0))))
+        Ok(row.map_or((0, None), |(c, at)| {
+            (c.unwrap_or(0).max(0), at.map(|t| t.0))
+        }))
     }
 
     /// Every counter row, item → (count, as_of ms), read page by page: for checks and jobs

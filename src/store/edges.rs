@@ -8,12 +8,22 @@ use futures::TryStreamExt;
 
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
-use scylla::statement::{Consistency, SerialConsistency};
+use scylla::statement::Consistency;
 use scylla::value::{CqlTimestamp, CqlValue};
 
 use super::{not_applied, prepare, Columns};
 use crate::error::Result;
+use crate::records::EARLIER_FLIPS;
 use crate::schema::v1::{ClientPlatform, EdgeState};
+
+/// A stored `earlier_at` list as the fixed array edges carry (extra entries dropped).
+fn earlier_of(list: &[i64]) -> [i64; EARLIER_FLIPS] {
+    let mut out = [0; EARLIER_FLIPS];
+    for (slot, &t) in out.iter_mut().zip(list) {
+        *slot = t;
+    }
+    out
+}
 
 /// Edges read per query while walking who-liked (unliked rows are skipped client-side).
 pub const LIKERS_CHUNK: usize = 200;
@@ -28,6 +38,10 @@ pub struct Edge {
     /// The previous flip's event time; 0 when this is the first flip. Events carry it so
     /// stage 1 can tell a first-seen edge's history (see the README's delta rule note).
     pub prev_at_ms: i64,
+    /// The flips before that one, newest first, 0 past the known ones (`earlier_at`): with
+    /// `prev_at_ms`, what stage 1 needs to find an edge's counted baseline past its horizon
+    /// (docs/exactness.md, "Past the horizon").
+    pub earlier_at_ms: [i64; EARLIER_FLIPS],
     /// The `ClientPlatform` of the request that made the current flip (0: not said).
     pub platform: i8,
 }
@@ -37,6 +51,24 @@ impl Edge {
     /// know: a newer writer's).
     pub fn platform(&self) -> ClientPlatform {
         ClientPlatform::try_from(i32::from(self.platform)).unwrap_or_default()
+    }
+
+    /// The known earlier flip times (before the previous one), newest first.
+    pub fn earlier(&self) -> &[i64] {
+        let n = self.earlier_at_ms.iter().take_while(|&&t| t > 0).count();
+        &self.earlier_at_ms[..n]
+    }
+
+    /// The flip times a flip from this edge carries on as its earlier ones: this edge's
+    /// previous flip, then its earlier ones, the oldest dropped past [`EARLIER_FLIPS`].
+    pub fn earlier_after_flip(&self) -> [i64; EARLIER_FLIPS] {
+        if self.prev_at_ms <= 0 {
+            return [0; EARLIER_FLIPS];
+        }
+        let mut out = [0; EARLIER_FLIPS];
+        out[0] = self.prev_at_ms;
+        out[1..].copy_from_slice(&self.earlier_at_ms[..EARLIER_FLIPS - 1]);
+        out
     }
 
     /// The edge in a failed conditional write's answer (None without a state column).
@@ -62,6 +94,17 @@ impl Edge {
             },
             updated_at_ms: ms("updated_at"),
             prev_at_ms: ms("prev_at"),
+            earlier_at_ms: match col("earlier_at") {
+                Some(CqlValue::List(v)) => earlier_of(
+                    &v.iter()
+                        .filter_map(|x| match x {
+                            CqlValue::BigInt(t) => Some(*t),
+                            _ => None,
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+                _ => [0; EARLIER_FLIPS],
+            },
             platform: match col("platform") {
                 Some(CqlValue::TinyInt(v)) => *v,
                 _ => 0,
@@ -131,13 +174,14 @@ pub struct Edges {
 impl Edges {
     pub async fn prepare(session: Arc<Session>, ks: &str) -> Result<Self> {
         let select = format!(
-            "SELECT state, op_id, updated_at, prev_at, recent_keys, platform FROM {ks}.edges \
+            "SELECT state, op_id, updated_at, prev_at, recent_keys, platform, earlier_at \
+             FROM {ks}.edges \
              WHERE item_id = ? AND bucket = ? AND user_id = ?"
         );
         let mut read = prepare(&session, select.clone()).await?;
         // The actor's own reads and the read after a lost race see every committed LWT.
         read.set_consistency(Consistency::Serial);
-        let mut insert = prepare(
+        let insert = prepare(
             &session,
             format!(
                 "INSERT INTO {ks}.edges \
@@ -150,22 +194,19 @@ impl Edges {
         // documents conditions on collection elements as Cassandra has them.
         let where_if = "WHERE item_id = ? AND bucket = ? AND user_id = ? \
                         IF op_id = ? AND recent_keys[?] = ?";
-        let mut flip = prepare(
+        let flip = prepare(
             &session,
             format!(
                 "UPDATE {ks}.edges SET state = ?, op_id = ?, updated_at = ?, prev_at = ?, \
-                 platform = ?, recent_keys[?] = ? {where_if}"
+                 earlier_at = ?, platform = ?, recent_keys[?] = ? {where_if}"
             ),
         )
         .await?;
-        let mut keep = prepare(
+        let keep = prepare(
             &session,
             format!("UPDATE {ks}.edges SET recent_keys[?] = ? {where_if}"),
         )
         .await?;
-        for st in [&mut insert, &mut flip, &mut keep] {
-            st.set_serial_consistency(Some(SerialConsistency::Serial));
-        }
         Ok(Self {
             read,
             // A stale guess only fails the CAS.
@@ -257,18 +298,22 @@ impl Edges {
             Option<CqlTimestamp>,
             Option<BTreeMap<i32, String>>,
             Option<i8>,
+            Option<Vec<i64>>,
         );
         let row = rows.maybe_first_row::<Stored>()?;
-        Ok(row.map(|(state, op_id, at, prev, keys, platform)| EdgeRow {
-            edge: Edge {
-                liked: state == Some(EdgeState::Liked as i8),
-                op_id: op_id.unwrap_or(0),
-                updated_at_ms: at.map(|t| t.0).unwrap_or(0),
-                prev_at_ms: prev.map(|t| t.0).unwrap_or(0),
-                platform: platform.unwrap_or(0),
+        Ok(row.map(
+            |(state, op_id, at, prev, keys, platform, earlier)| EdgeRow {
+                edge: Edge {
+                    liked: state == Some(EdgeState::Liked as i8),
+                    op_id: op_id.unwrap_or(0),
+                    updated_at_ms: at.map(|t| t.0).unwrap_or(0),
+                    prev_at_ms: prev.map(|t| t.0).unwrap_or(0),
+                    earlier_at_ms: earlier_of(&earlier.unwrap_or_default()),
+                    platform: platform.unwrap_or(0),
+                },
+                keys: keys.unwrap_or_default(),
             },
-            keys: keys.unwrap_or_default(),
-        }))
+        ))
     }
 
     /// The first write of an edge: `edge` (op_id 1 for a like, 0 for an unlike that changes
@@ -319,6 +364,7 @@ impl Edges {
                     to.op_id,
                     CqlTimestamp(to.updated_at_ms),
                     CqlTimestamp(to.prev_at_ms),
+                    to.earlier().to_vec(),
                     to.platform,
                     cas.slot,
                     cas.value,

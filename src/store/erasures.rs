@@ -41,6 +41,18 @@ pub struct Erasures {
     checkpoint: PreparedStatement,
     unliked: PreparedStatement,
     purged: PreparedStatement,
+    mark_erased: PreparedStatement,
+    erased: PreparedStatement,
+}
+
+/// The key of a user in `erased_users`: SHA-256 of the id, hex. One-way, so the table that
+/// must outlive the purge keeps no user id; the API recomputes it per write.
+pub fn user_key(user: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(format!("likes-erased-user:{user}").as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 const COLUMNS: &str =
@@ -115,9 +127,34 @@ impl Erasures {
                 ),
             )
             .await?,
+            mark_erased: prepare(
+                &session,
+                format!(
+                    "INSERT INTO {ks}.erased_users (user_key, erasure_id, requested_at) \
+                     VALUES (?, ?, ?)"
+                ),
+            )
+            .await?,
+            erased: prepare(
+                &session,
+                format!("SELECT erasure_id FROM {ks}.erased_users WHERE user_key = ?"),
+            )
+            .await?,
             session,
             ks: ks.to_string(),
         })
+    }
+
+    /// The erasure of `user`'s account, if one was requested (pending, under way or done):
+    /// the API refuses the user's writes from then on.
+    pub async fn erased(&self, user: &str) -> Result<Option<String>> {
+        Ok(self
+            .session
+            .execute_unpaged(&self.erased, (user_key(user),))
+            .await?
+            .into_rows_result()?
+            .maybe_first_row::<(Option<String>,)>()?
+            .map(|r| r.0.unwrap_or_default()))
     }
 
     /// Every erasure (a small table: one row per deleted account).
@@ -156,6 +193,15 @@ impl Erasures {
             return Ok(e);
         }
         let id = format!("er-{:016x}", rand::random::<u64>());
+        // The account stops writing first: no like of it can start after the erasure is on
+        // record (a retry of this request writes another fingerprint row with a new id:
+        // harmless, it still refuses the user).
+        self.session
+            .execute_unpaged(
+                &self.mark_erased,
+                (user_key(user), &id, CqlTimestamp(now_ms)),
+            )
+            .await?;
         self.session
             .execute_unpaged(&self.insert, (&id, user, CqlTimestamp(now_ms)))
             .await?;

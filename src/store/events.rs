@@ -45,6 +45,7 @@ impl Events {
             liked: edge.liked,
             event_time_ms: edge.updated_at_ms,
             prev_event_time_ms: edge.prev_at_ms,
+            earlier_event_times_ms: edge.earlier(),
             source,
             platform: edge.platform(),
         }

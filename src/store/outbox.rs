@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
-use scylla::statement::SerialConsistency;
 use scylla::value::CqlTimestamp;
 
 use super::prepare;
@@ -44,12 +43,11 @@ pub struct Outbox {
 
 impl Outbox {
     pub async fn prepare(session: Arc<Session>, ks: &str) -> Result<Self> {
-        let mut floor_init = prepare(
+        let floor_init = prepare(
             &session,
             format!("INSERT INTO {ks}.outbox_floor (shard, minute) VALUES (?, ?) IF NOT EXISTS"),
         )
         .await?;
-        floor_init.set_serial_consistency(Some(SerialConsistency::Serial));
         Ok(Self {
             put: prepare(
                 &session,

@@ -78,6 +78,11 @@ pub fn script_of(
                     continue;
                 }
                 let t = base_ms + (op as i64) * 100;
+                // Ops op-2 .. 1, newest first, as the API's edge row carries them.
+                let earlier: Vec<i64> = (1..op.saturating_sub(1) as i64)
+                    .rev()
+                    .map(|k| base_ms + k * 100)
+                    .collect();
                 let (key, payload) = likes::records::Flip {
                     item: &item,
                     user: &user,
@@ -85,6 +90,7 @@ pub fn script_of(
                     liked: op % 2 == 1,
                     event_time_ms: t,
                     prev_event_time_ms: if op > 1 { t - 100 } else { 0 },
+                    earlier_event_times_ms: &earlier,
                     source: Source::Test,
                     platform: likes::schema::v1::ClientPlatform::Unspecified,
                 }

@@ -38,7 +38,9 @@ const MAX_IN_FLIGHT: usize = 20_000;
 pub enum Target {
     Http {
         http: reqwest::Client,
-        url: String,
+        /// One API, or several: each request goes to one drawn at random, so flips of one
+        /// edge come from several producers (chaos runs three).
+        urls: Vec<String>,
         signer: Signer,
         expires_s: i64,
     },
@@ -52,13 +54,21 @@ pub enum Target {
 impl Target {
     /// The API at `url`, with tokens minted from the configured session key.
     pub fn http(settings: &Settings, url: &str) -> Result<Self> {
+        Self::http_spread(settings, &[url.to_string()])
+    }
+
+    /// Several API processes of one deployment; each request goes to one at random.
+    pub fn http_spread(settings: &Settings, urls: &[String]) -> Result<Self> {
         Ok(Target::Http {
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(1024)
                 .timeout(Duration::from_secs(30))
                 .build()
                 .map_err(|e| anyhow!(format!("http client: {e}")))?,
-            url: url.trim_end_matches('/').to_string(),
+            urls: urls
+                .iter()
+                .map(|u| u.trim_end_matches('/').to_string())
+                .collect(),
             signer: Signer::from_session_key(&settings.api.session_key)?,
             expires_s: likes::runtime::clock::now_ms() / 1000 + 24 * 3600,
         })
@@ -78,10 +88,11 @@ impl Target {
         match self {
             Target::Http {
                 http,
-                url,
+                urls,
                 signer,
                 expires_s,
             } => {
+                let url = &urls[rand::random_range(0..urls.len())];
                 let req = if op.like {
                     http.post(format!("{url}/v1/items/{}/likes", op.item))
                 } else {
@@ -121,6 +132,7 @@ impl Target {
                     liked: op.like,
                     event_time_ms: op.at_ms,
                     prev_event_time_ms: if op.like { 0 } else { op.prev_at_ms },
+                    earlier_event_times_ms: &[],
                     source: Source::Test,
                     platform: likes::schema::v1::ClientPlatform::Unspecified,
                 }
@@ -205,6 +217,7 @@ pub async fn run(settings: &Settings, topology: &Topology, a: &LoadgenArgs) -> R
         viral_share: a.viral_share,
         unlike_share: a.unlike_share,
         retry_share: a.retry_share,
+        relike_share: 0.0,
         seed: a.seed,
         run_id: format!("lg{}", likes::runtime::clock::now_ms()),
     });
@@ -226,6 +239,9 @@ pub struct MixArgs {
     pub viral_share: f64,
     pub unlike_share: f64,
     pub retry_share: f64,
+    /// Share of requests that like again an edge the mix unliked earlier (its op 3, 5, ...;
+    /// over HTTP only: the Kafka target numbers ops 1 and 2 alone).
+    pub relike_share: f64,
     pub seed: u64,
     /// Prefixes user ids and request keys, so runs never collide.
     pub run_id: String,
@@ -239,6 +255,8 @@ pub struct Mix {
     next_user: u64,
     /// Likes sent and not yet unliked: (item, user, when).
     liked: Vec<(String, String, i64)>,
+    /// Unlikes sent and not yet liked again: (item, user, when).
+    unliked: Vec<(String, String, i64)>,
     recent: VecDeque<Op>,
 }
 
@@ -249,6 +267,7 @@ impl Mix {
             zipf: Zipf::new(args.items.max(1)),
             next_user: 0,
             liked: Vec::new(),
+            unliked: Vec::new(),
             recent: VecDeque::new(),
             args,
         }
@@ -267,9 +286,27 @@ impl Mix {
             return op;
         }
         self.next_user += 1;
-        let op = if !self.liked.is_empty() && self.rng.random_bool(self.args.unlike_share) {
+        let op = if !self.unliked.is_empty() && self.rng.random_bool(self.args.relike_share) {
+            // The oldest first: with a short dedupe horizon, its flips are past it.
+            let (item, user, at) = self.unliked.remove(0);
+            self.liked
+                .push((item.clone(), user.clone(), now.max(at + 1)));
+            Op {
+                item,
+                user,
+                like: true,
+                key: format!("{}-{}", self.args.run_id, self.next_user),
+                retry: false,
+                at_ms: now.max(at + 1),
+                prev_at_ms: at,
+            }
+        } else if !self.liked.is_empty() && self.rng.random_bool(self.args.unlike_share) {
             let j = self.rng.random_range(0..self.liked.len());
             let (item, user, at) = self.liked.swap_remove(j);
+            if self.args.relike_share > 0.0 {
+                self.unliked
+                    .push((item.clone(), user.clone(), now.max(at + 1)));
+            }
             Op {
                 item,
                 user,
@@ -361,6 +398,18 @@ pub struct EdgeSeen {
     pub like_acked: bool,
     /// An unlike of it was sent (answered or not).
     pub unlike_sent: bool,
+    /// A like sent after an unlike (a relike).
+    pub relike_sent: bool,
+    /// Requests of the edge sent and not answered yet.
+    pub pending: u32,
+    /// A request of the edge failed: it may still land, at any time, so nothing sent after
+    /// it can be judged by its answer.
+    pub failed: bool,
+    /// The unlike was sent with the like answered 2xx and nothing else of the edge pending
+    /// or failed: its answer is the edge's state, unless a relike follows.
+    pub unlike_clean: bool,
+    /// The (first) unlike was answered 2xx.
+    pub unlike_acked: bool,
 }
 
 impl Live {
@@ -423,18 +472,32 @@ pub async fn drive(target: Arc<Target>, mix: &mut Mix, phases: &[Phase], live: A
                 continue;
             }
             let op = mix.next();
-            if !op.like {
-                live.see(&op, |e| e.unlike_sent = true);
-            }
+            live.see(&op, |e| {
+                if !op.like && !op.retry && !e.unlike_sent {
+                    e.unlike_clean = e.like_acked && e.pending == 0 && !e.failed;
+                }
+                if op.like && !op.retry && e.unlike_sent {
+                    e.relike_sent = true;
+                }
+                e.unlike_sent |= !op.like;
+                e.pending += 1;
+            });
             let (target, live) = (target.clone(), live.clone());
             tasks.spawn(async move {
-                match target.send(&op).await {
+                let sent = target.send(&op).await;
+                live.see(&op, |e| {
+                    e.pending -= 1;
+                    e.failed |= sent.is_err();
+                });
+                match sent {
                     Ok(()) => {
                         let us = due.elapsed().as_micros() as u64;
                         live.latency_us.lock().unwrap().saturating_record(us.max(1));
                         live.ok.fetch_add(1, Ordering::Relaxed);
                         if op.like {
                             live.see(&op, |e| e.like_acked = true);
+                        } else {
+                            live.see(&op, |e| e.unlike_acked = true);
                         }
                         if !op.retry {
                             *live.net_by_item.lock().unwrap().entry(op.item).or_insert(0) +=
@@ -515,6 +578,7 @@ mod tests {
             viral_share: 0.2,
             unlike_share: 0.2,
             retry_share: 0.1,
+            relike_share: 0.0,
             seed: 1,
             run_id: "t".into(),
         });
@@ -545,5 +609,32 @@ mod tests {
         assert!((0.07..0.13).contains(&share(&|o| o.retry)));
         assert!((0.13..0.23).contains(&share(&|o| !o.like && !o.retry)));
         assert!(share(&|o| o.item == VIRAL_ITEM) > 0.1);
+    }
+
+    #[test]
+    fn relikes_like_again_an_edge_the_mix_unliked() {
+        let mut mix = Mix::new(MixArgs {
+            items: 50,
+            viral_share: 0.0,
+            unlike_share: 0.3,
+            retry_share: 0.0,
+            relike_share: 0.3,
+            seed: 2,
+            run_id: "r".into(),
+        });
+        let mut state: HashMap<(String, String), bool> = HashMap::new();
+        let mut relikes = 0;
+        for _ in 0..3000 {
+            let op = mix.next();
+            let edge = (op.item.clone(), op.user.clone());
+            match (state.get(&edge), op.like) {
+                (None, true) => {}
+                (Some(false), true) => relikes += 1,
+                (Some(true), false) => {}
+                other => panic!("{other:?} for {edge:?}: flips must alternate"),
+            }
+            state.insert(edge, op.like);
+        }
+        assert!(relikes > 100, "{relikes} relikes");
     }
 }

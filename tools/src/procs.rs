@@ -57,6 +57,17 @@ pub fn spawn_attached(
     start(command, name, dir, env, false)
 }
 
+/// A one-off `likes <args>` (an operations job), its output to `<dir>/<name>.log`, in a
+/// process group of its own.
+pub fn spawn_job(
+    args: &[&str],
+    name: &'static str,
+    dir: &Path,
+    env: &[(String, String)],
+) -> Result<Proc> {
+    start_with(args, name, dir, env, true)
+}
+
 fn start(
     command: &'static str,
     name: &'static str,
@@ -64,6 +75,17 @@ fn start(
     env: &[(String, String)],
     own_group: bool,
 ) -> Result<Proc> {
+    start_with(&[command], name, dir, env, own_group)
+}
+
+fn start_with(
+    args: &[&str],
+    name: &'static str,
+    dir: &Path,
+    env: &[(String, String)],
+    own_group: bool,
+) -> Result<Proc> {
+    let command = args.join(" ");
     let exe = likes_bin()?;
     let log_path = dir.join(format!("{name}.log"));
     let log = std::fs::OpenOptions::new()
@@ -72,7 +94,7 @@ fn start(
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
     let mut cmd = Command::new(&exe);
-    cmd.arg(command)
+    cmd.args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

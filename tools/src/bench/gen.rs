@@ -131,6 +131,7 @@ impl Generator {
             liked: op == 1,
             event_time_ms: now_ms,
             prev_event_time_ms: if op == 2 { now_ms - 1 } else { 0 },
+            earlier_event_times_ms: &[],
             source: Source::Test,
             platform: likes::schema::v1::ClientPlatform::Unspecified,
         }

@@ -192,6 +192,7 @@ async fn sweep(
         viral_share: 0.05,
         unlike_share: 0.1,
         retry_share: 0.05,
+        relike_share: 0.0,
         seed: 42,
         run_id: format!("sw{stamp}"),
     });

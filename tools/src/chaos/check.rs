@@ -48,6 +48,13 @@ pub struct Verdict {
     /// Likes answered 2xx, never unliked, whose edge is not LIKED.
     pub acked_likes_lost: usize,
     pub acked_likes: usize,
+    /// Unlikes answered 2xx (sent after their like's 2xx, nothing else of the edge pending
+    /// or failed, never liked again), whose edge is still LIKED.
+    pub acked_unlikes_lost: usize,
+    pub acked_unlikes: usize,
+    /// Items a reconcile correction went to: a refused correction is on the log and not on
+    /// the row, so the deltas-against-counts check skips them (edges against counts stays).
+    pub corrected_items: usize,
     pub negative_rows: usize,
     /// Up to 20 drifted items.
     pub drifts: Vec<Drift>,
@@ -60,6 +67,7 @@ impl Verdict {
         self.acked_likes > 0
             && self.drift_items == 0
             && self.acked_likes_lost == 0
+            && self.acked_unlikes_lost == 0
             && self.negative_rows == 0
             && self.deltas_vs_counts == 0
     }
@@ -88,7 +96,7 @@ pub async fn verdict(
     let ks = &settings.cql.keyspace;
     let (edges, counts) = edges_and_counts(session, ks).await?;
     let counts: BTreeMap<String, i64> = counts.into_iter().map(|(k, (c, _))| (k, c)).collect();
-    let deltas = committed_deltas(settings, topology)?;
+    let (deltas, corrected) = committed_deltas(settings, topology)?;
     let mut items: Vec<&String> = edges
         .keys()
         .chain(counts.keys())
@@ -98,6 +106,7 @@ pub async fn verdict(
     items.dedup();
     let mut v = Verdict {
         items: items.len(),
+        corrected_items: corrected.len(),
         negative_rows: counts.values().filter(|c| **c < 0).count(),
         ..Verdict::default()
     };
@@ -105,7 +114,7 @@ pub async fn verdict(
         let e = edges.get(item).copied().unwrap_or(0);
         let c = counts.get(item).copied().unwrap_or(0);
         let d = deltas.get(item).copied().unwrap_or(0);
-        v.deltas_vs_counts += usize::from(d != c);
+        v.deltas_vs_counts += usize::from(d != c && !corrected.contains(item));
         v.deltas_vs_edges += usize::from(d != e);
         if e != c {
             v.drift_items += 1;
@@ -125,18 +134,26 @@ pub async fn verdict(
         .all_states()
         .await?;
     for ((item, user), s) in seen {
+        let liked = states.get(&(item.clone(), user.clone())) == Some(&true);
         if s.like_acked && !s.unlike_sent {
             v.acked_likes += 1;
-            let liked = states.get(&(item.clone(), user.clone())) == Some(&true);
             v.acked_likes_lost += usize::from(!liked);
+        }
+        if s.unlike_acked && s.unlike_clean && !s.relike_sent {
+            v.acked_unlikes += 1;
+            v.acked_unlikes_lost += usize::from(liked);
         }
     }
     Ok(v)
 }
 
 /// Per item, the sum of the committed Delta and Correction records on `likes.deltas`, read
-/// (read_committed) up to the end the log had when the read began.
-fn committed_deltas(settings: &Settings, topology: &Topology) -> Result<BTreeMap<String, i64>> {
+/// (read_committed) up to the end the log had when the read began; and the items that got a
+/// correction.
+fn committed_deltas(
+    settings: &Settings,
+    topology: &Topology,
+) -> Result<(BTreeMap<String, i64>, std::collections::BTreeSet<String>)> {
     let topic = settings.topic(&topology.topics.deltas.name);
     let timeout = settings.kafka.request_timeout;
     let consumer: BaseConsumer<LogContext> = kafka::client_config(&settings.kafka)
@@ -153,6 +170,7 @@ fn committed_deltas(settings: &Settings, topology: &Topology) -> Result<BTreeMap
     }
     consumer.assign(&tpl)?;
     let mut sums = BTreeMap::new();
+    let mut corrected = std::collections::BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let position = consumer.position()?;
@@ -161,7 +179,7 @@ fn committed_deltas(settings: &Settings, topology: &Topology) -> Result<BTreeMap
             _ => ends.get(&e.partition()).copied().unwrap_or(0) == 0,
         });
         if done {
-            return Ok(sums);
+            return Ok((sums, corrected));
         }
         if Instant::now() > deadline {
             return Err(anyhow!("reading {topic} to its end: timed out after 120 s"));
@@ -173,7 +191,10 @@ fn committed_deltas(settings: &Settings, topology: &Topology) -> Result<BTreeMap
         let Some(v) = m.payload() else { continue };
         match DeltaRecord::decode(v).ok().and_then(|r| r.record) {
             Some(Record::Delta(d)) => *sums.entry(d.item_id).or_insert(0) += d.delta,
-            Some(Record::Correction(c)) => *sums.entry(c.item_id).or_insert(0) += c.delta,
+            Some(Record::Correction(c)) => {
+                corrected.insert(c.item_id.clone());
+                *sums.entry(c.item_id).or_insert(0) += c.delta;
+            }
             _ => {}
         }
     }

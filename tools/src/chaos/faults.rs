@@ -26,6 +26,9 @@ pub enum Fault {
     Broker { down_s: u64 },
     /// kill -9 of Cassandra, started again after `down_s`.
     Cassandra { down_s: u64 },
+    /// Two `likes reconcile` runs at once (the nightly CronJob and an operator by hand):
+    /// their corrections must never add up to a double correction.
+    ReconcileTwice,
 }
 
 /// A fault and when it strikes, seconds into the load.
@@ -39,7 +42,8 @@ pub struct Planned {
     pub outcome: Option<String>,
 }
 
-/// The schedule of a seed: one broker and one Cassandra kill always, then `extra` more of any
+/// The schedule of a seed: one broker and one Cassandra kill and two reconcile runs at once
+/// always, then `extra` more of any
 /// kind, at times spread over the middle of the load (10%..80%), in time order.
 pub fn schedule(seed: u64, seconds: f64, extra: usize) -> Vec<Planned> {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -50,6 +54,7 @@ pub fn schedule(seed: u64, seconds: f64, extra: usize) -> Vec<Planned> {
         Fault::Cassandra {
             down_s: rng.random_range(3..=12),
         },
+        Fault::ReconcileTwice,
     ];
     for _ in 0..extra {
         faults.push(match rng.random_range(0..11) {
@@ -121,7 +126,11 @@ pub struct Fleet {
 impl Fleet {
     /// Starts api, dedupe, a second dedupe instance (`dedupe-2`: partitions move between the
     /// two whenever either dies) and count.
-    pub fn start(dir: &Path, env: Vec<(String, String)>) -> Result<Self> {
+    pub fn start(
+        dir: &Path,
+        env: Vec<(String, String)>,
+        more_apis: Vec<(&'static str, Vec<(String, String)>)>,
+    ) -> Result<Self> {
         let mut fleet = Self {
             dir: dir.to_path_buf(),
             env,
@@ -131,12 +140,14 @@ impl Fleet {
             "LIKES__DEDUPE__INSTANCE_ID".to_string(),
             "chaos-1".to_string(),
         )];
-        for (name, command, env) in [
-            ("api", "api", vec![]),
+        let mut procs = vec![("api", "api", vec![])];
+        procs.extend(more_apis.into_iter().map(|(name, env)| (name, "api", env)));
+        procs.extend([
             ("dedupe", "dedupe", vec![]),
             ("dedupe-2", "dedupe", second),
             ("count", "count", vec![]),
-        ] {
+        ]);
+        for (name, command, env) in procs {
             let mut s = Supervised {
                 name,
                 command,
@@ -337,7 +348,8 @@ mod tests {
                 .map(|p| (p.at_s, p.fault.clone()))
                 .collect::<Vec<_>>()
         );
-        assert_eq!(a.len(), 6);
+        assert_eq!(a.len(), 7);
+        assert!(a.iter().any(|p| matches!(p.fault, Fault::ReconcileTwice)));
         assert!(a.iter().any(|p| matches!(p.fault, Fault::Broker { .. })));
         assert!(a.iter().any(|p| matches!(p.fault, Fault::Cassandra { .. })));
         assert!(a.windows(2).all(|w| w[0].at_s <= w[1].at_s));

@@ -55,6 +55,18 @@ pub struct ChaosArgs {
     /// Where the JSON report goes (rewritten after each run).
     #[arg(long, default_value = "chaos-report.json")]
     pub report: PathBuf,
+    /// A short dedupe horizon for the run's processes, in seconds (default: the topology's,
+    /// 7 days), so flips of edges whose stage-1 state expired happen under the faults.
+    #[arg(long)]
+    pub horizon: Option<u64>,
+    /// API processes producing for the same edges (the first also runs the relay; requests
+    /// go to one at random).
+    #[arg(long, default_value_t = 3)]
+    pub apis: usize,
+    /// How far the last API process's clock is off, ms (test builds: `make chaos` builds
+    /// with fail points).
+    #[arg(long, default_value_t = 1500, allow_hyphen_values = true)]
+    pub skew_ms: i64,
     /// The stack script that starts the broker and Cassandra again.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../stack/stack.sh"))]
     pub stack_script: PathBuf,
@@ -75,8 +87,13 @@ pub struct RunReport {
     pub struck: Vec<Planned>,
     /// Per process: restarts, and exits it made on its own (status each).
     pub processes: Vec<ProcessReport>,
+    /// The dedupe horizon the run's processes had, seconds.
+    pub horizon_s: u64,
     /// Seconds from the end of the load until every count equalled its edges (None: never).
     pub drained_after_s: Option<f64>,
+    /// What `likes reconcile --dead-letters` did when the pipeline alone did not drain
+    /// (flips dead-lettered past a short horizon are the recount queue's, by design).
+    pub recount_queue: Option<String>,
     /// Items whose count trailed or differed from their edges right after each outage ended
     /// (the pipeline's lag included), the most of any.
     pub max_items_behind_mid_run: usize,
@@ -107,7 +124,8 @@ pub async fn run(base: &Settings, topology: &Topology, args: &ChaosArgs) -> Resu
         say(&format!("chaos: run {}/{} (seed {seed})", k + 1, args.runs));
         let r = run_one(base, topology, args, seed, &interrupted).await?;
         say(&format!(
-            "chaos: seed {seed}: {} — {} requests ({} ok), {} faults, drift {} items ({} likes), acknowledged likes lost {}, drained {}",
+            "chaos: seed {seed} (horizon {} s): {} — {} requests ({} ok), {} faults, drift {} items ({} likes), acknowledged likes lost {} of {}, unlikes lost {} of {}, drained {}",
+            r.horizon_s,
             if r.passed { "PASS" } else { "FAIL" },
             r.requests_sent,
             r.requests_ok,
@@ -115,6 +133,9 @@ pub async fn run(base: &Settings, topology: &Topology, args: &ChaosArgs) -> Resu
             r.verdict.drift_items,
             r.verdict.drift_abs,
             r.verdict.acked_likes_lost,
+            r.verdict.acked_likes,
+            r.verdict.acked_unlikes_lost,
+            r.verdict.acked_unlikes,
             r.drained_after_s.map_or("never".into(), |s| format!("after {s:.0} s")),
         ));
         reports.push(r);
@@ -156,11 +177,41 @@ async fn run_one(
     let dir = stack_dir.join("chaos").join(&namespace);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let settings = run_settings(base, &namespace)?;
+    let mut topology = topology.clone();
+    let mut env = process_env(&settings, &dir);
+    if let Some(h) = args.horizon {
+        // The run's processes read a topology of their own: the same but for the horizon.
+        topology.dedupe_ttl = Duration::from_secs(h);
+        let path = dir.join("topology.toml");
+        let text = toml::to_string(&topology).map_err(|e| anyhow!(format!("topology: {e}")))?;
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        env.push(("LIKES__TOPOLOGY__PATH".into(), path.display().to_string()));
+    }
+    let topology = &topology;
     let (session, _) = crate::namespace::create(&settings, topology, false).await?;
-    let mut fleet = Fleet::start(&dir, process_env(&settings, &dir))?;
-    let url = format!("http://{}", settings.api.listen);
-    // Readiness through the API only; the stages are supervised from here on.
-    wait_ready(&url, &mut Vec::new(), &dir).await?;
+    let mut urls = vec![format!("http://{}", settings.api.listen)];
+    let mut more_apis = Vec::new();
+    for k in 2..=args.apis.max(1) {
+        let port = free_port()?;
+        urls.push(format!("http://127.0.0.1:{port}"));
+        let mut e = vec![
+            (
+                "LIKES__API__LISTEN".to_string(),
+                format!("127.0.0.1:{port}"),
+            ),
+            ("LIKES__API__RELAY".to_string(), "false".to_string()),
+        ];
+        if k == args.apis {
+            e.push(("LIKES_TEST_CLOCK_SKEW_MS".into(), args.skew_ms.to_string()));
+        }
+        more_apis.push((API_NAMES[k - 2], e));
+    }
+    let mut fleet = Fleet::start(&dir, env.clone(), more_apis)?;
+    let url = urls[0].clone();
+    // Readiness through the APIs only; the stages are supervised from here on.
+    for u in &urls {
+        wait_ready(u, &mut Vec::new(), &dir).await?;
+    }
 
     let plan = faults::schedule(seed, args.seconds as f64, args.extra_faults);
     say(&format!(
@@ -171,12 +222,15 @@ async fn run_one(
         say(&format!("  t={:>5.1}s {:?}", p.at_s, p.fault));
     }
     let live = Arc::new(Live::tracking_edges());
-    let target = Arc::new(Target::http(&settings, &url)?);
+    let _ = url;
+    let target = Arc::new(Target::http_spread(&settings, &urls)?);
     let mut mix = Mix::new(MixArgs {
         items: 300,
         viral_share: 0.05,
         unlike_share: 0.15,
         retry_share: 0.1,
+        // Likes again of unliked edges: with a short horizon, flips of edges stage 1 forgot.
+        relike_share: 0.1,
         seed,
         run_id: format!("c{seed}x{stamp}"),
     });
@@ -201,9 +255,12 @@ async fn run_one(
         max_drift: 0,
         down_until: None,
         replaying: None,
+        env: &env,
+        jobs: Vec::new(),
     };
     strikes.run(&plan, &load, started).await?;
-    let (struck, max_drift) = (strikes.struck, strikes.max_drift);
+    let jobs = std::mem::take(&mut strikes.jobs);
+    let (mut struck, max_drift) = (strikes.struck, strikes.max_drift);
     if interrupted.is_cancelled() {
         say("chaos: interrupted; stopping the load and the run's processes");
         load.abort();
@@ -218,7 +275,37 @@ async fn run_one(
         summary.sent, summary.ok, summary.failed
     ));
 
-    let drained_after_s = drain(&mut fleet, &session, &namespace, interrupted).await?;
+    // The operations jobs started by the faults finish (they wait for the pipeline).
+    for (at_s, mut job) in jobs {
+        let status = tokio::task::spawn_blocking(move || wait_job(&mut job.child))
+            .await
+            .map_err(|e| anyhow!(format!("waiting for a job: {e}")))?;
+        if let Some(p) = struck.iter_mut().find(|p| p.at_s == at_s) {
+            let o = p.outcome.get_or_insert_with(String::new);
+            if !o.is_empty() {
+                o.push_str("; ");
+            }
+            o.push_str(&format!("{}: {status}", job.name));
+        }
+    }
+    let mut drained_after_s = drain(&mut fleet, &session, &namespace, interrupted).await?;
+    let mut recount_queue = None;
+    if drained_after_s.is_none() && !interrupted.is_cancelled() {
+        // What the pipeline could not count exactly (flips dead-lettered, or counted on a
+        // guess) is the recount queue's: drained as production drains it.
+        say("chaos: counts still differ after the drain; draining the recount queue (likes reconcile --dead-letters)");
+        let mut job = crate::procs::spawn_job(
+            &["reconcile", "--dead-letters", "--reason", "chaos-recount"],
+            "recount",
+            &dir,
+            &env,
+        )?;
+        let status = tokio::task::spawn_blocking(move || wait_job(&mut job.child))
+            .await
+            .map_err(|e| anyhow!(format!("waiting for the recount: {e}")))?;
+        recount_queue = Some(status);
+        drained_after_s = drain(&mut fleet, &session, &namespace, interrupted).await?;
+    }
     let seen = live
         .edges
         .as_ref()
@@ -251,12 +338,45 @@ async fn run_one(
         planned: plan,
         struck,
         processes,
+        horizon_s: topology.dedupe_ttl.as_secs(),
         drained_after_s,
+        recount_queue,
         max_items_behind_mid_run: max_drift,
         verdict,
         passed,
         logs: dir.display().to_string(),
     })
+}
+
+/// Names of the API processes after the first.
+const API_NAMES: [&str; 7] = [
+    "api-2", "api-3", "api-4", "api-5", "api-6", "api-7", "api-8",
+];
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("finding a free port")?
+        .port())
+}
+
+/// Waits for an operations job (at most 10 minutes: it has its own wait timeout) and says
+/// how it ended.
+fn wait_job(child: &mut std::process::Child) -> String {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return if status.success() {
+                "ok".into()
+            } else {
+                format!("failed ({status})")
+            };
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    "killed after 10 min".into()
 }
 
 /// A run's settings: its namespace, a session key, the API on a free port.
@@ -338,6 +458,10 @@ struct Strikes<'a> {
     /// A killed dependency comes back at this time.
     down_until: Option<Instant>,
     replaying: Option<Replaying>,
+    /// The processes' environment (for the operations jobs a fault starts).
+    env: &'a [(String, String)],
+    /// Operations jobs started by faults, with the time they struck: waited for after the load.
+    jobs: Vec<(f64, crate::procs::Proc)>,
 }
 
 impl Strikes<'_> {
@@ -402,6 +526,21 @@ impl Strikes<'_> {
             Fault::Cassandra { down_s } => {
                 faults::kill9_dependency(self.stack_dir, "cassandra")?;
                 self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
+            }
+            Fault::ReconcileTwice => {
+                // The nightly CronJob and an operator by hand, at once, while faults strike.
+                let at = self.struck.last().map_or(0.0, |p| p.at_s);
+                let mut env = self.env.to_vec();
+                env.push(("LIKES__OPS__WAIT_TIMEOUT".into(), "120s".into()));
+                for (name, reason) in [("reconcile-a", "chaos-a"), ("reconcile-b", "chaos-b")] {
+                    let job = crate::procs::spawn_job(
+                        &["reconcile", "--sample", "40", "--reason", reason],
+                        name,
+                        self.dir,
+                        &env,
+                    )?;
+                    self.jobs.push((at, job));
+                }
             }
             Fault::Replay { stage, back_s } => {
                 self.fleet.hold(stage);
