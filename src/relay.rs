@@ -100,6 +100,8 @@ pub struct Pass {
 /// A write puts its outbox entry within its own timeouts of the time its minute is taken
 /// from; a minute that ended longer ago than this takes no new entry, so once it is empty
 /// the floor may move past it for good.
+// Writers refuse to start more than 30 s off the database clock (cql::check_clock), well
+// inside this margin.
 const SETTLE_MS: i64 = 120_000;
 
 /// One pass over every outbox shard, from its floor minute to the newest minute old enough.

@@ -60,6 +60,7 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
         [
             "edges",
             "edges_by_user",
+            "erased_users",
             "erasures",
             "like_counts",
             "outbox",

@@ -249,7 +249,77 @@ async fn erasure_takes_back_exactly_the_users_likes_and_resumes_after_kill9() {
         );
     }
 
-    // The purge, once due (2 x relay_min_age after the unlikes here): the user is gone.
+    // Issue 23, item 3c: an operator's like and unlike of item-0 during the wait (a
+    // retraction's path: the user's own are refused). The purge must not delete item-0's row
+    // before its own last flip is as old as the wait: deleted now, a later like would restart
+    // at op 1 while stage 1 still remembers op 4, and be dropped.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    for (liked, key) in [(true, "op-like"), (false, "op-unlike")] {
+        likes::api::write::write_as(
+            &app,
+            "vic",
+            "item-0",
+            liked,
+            key,
+            likes::schema::v1::Source::Retraction,
+            likes::schema::v1::ClientPlatform::Unspecified,
+        )
+        .await
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Issue 23, item 3a: a like that passed the API's check just before the erasure was
+    // requested lands its index row during the purge (the fail point holds the job there).
+    let racing = env(
+        &settings,
+        &[
+            ("LIKES__OPS__ERASE_PURGE_AFTER", "0s"),
+            ("FAILPOINTS", "erase-before-rewalk=1*sleep(4000)"),
+        ],
+    );
+    let mut job = std::process::Command::new(env!("CARGO_BIN_EXE_likes"))
+        .arg("erase")
+        .envs(racing.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    app.session
+        .query_unpaged(
+            format!(
+                "INSERT INTO {}.edges_by_user (user_id, item_id, created_at) VALUES (?, ?, ?)",
+                settings.cql.keyspace
+            ),
+            (
+                "vic",
+                "item-900",
+                scylla::value::CqlTimestamp(likes::runtime::clock::now_ms()),
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(job.wait().unwrap().success());
+    let waiting = app.store.erasures.get(&id).await.unwrap().unwrap();
+    assert_eq!(waiting.state, "unliked", "not purged yet: {waiting:?}");
+    assert!(
+        app.store
+            .edges
+            .read("item-0", bucket, "vic")
+            .await
+            .unwrap()
+            .is_some(),
+        "item-0 flipped during the wait: its row stays"
+    );
+    assert_eq!(
+        app.store.edges.read("item-1", bucket, "vic").await.unwrap(),
+        None,
+        "item-1's row was old enough to purge"
+    );
+    let (s, b) = client.like("vic", "item-0", "after-wait").await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{b}");
+
+    // The purge, once every row is due: the user is gone.
     tokio::time::sleep(Duration::from_secs(17)).await;
     let (ok, out, err) = common::likes(&["erase"], &fast);
     assert!(ok, "{out}\n{err}");
@@ -435,16 +505,9 @@ async fn two_reconcile_runs_at_once_never_correct_twice() {
     // On a runtime of its own: the fail point's sleep blocks the thread it runs on.
     let cronjob = {
         let (s, t) = (settings.clone(), topology.clone());
-        std::thread::spawn(move || {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async move {
-                    let p = Pipeline::connect(&s, &t).await.unwrap();
-                    reconcile::run(&p, vec!["item-1".into()], false, "nightly").await
-                })
+        common::on_own_runtime(move || async move {
+            let p = Pipeline::connect(&s, &t).await.unwrap();
+            reconcile::run(&p, vec!["item-1".into()], false, "nightly").await
         })
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -611,5 +674,37 @@ async fn rebuild_after_dropping_the_counter_table_equals_ground_truth() {
     stages.cancel();
     count.await.unwrap().unwrap();
     dedupe.await.unwrap().unwrap();
+    fx::teardown(&settings, &topology).await;
+}
+
+/// Issue 23, item 8: `likes rebuild` no longer trusts stage 2 to stay stopped. While a
+/// rebuild is recorded (under way, or killed before its end), a stage 2 that starts waits:
+/// it writes no counter row until the record is cleared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stage_2_started_during_a_rebuild_waits_for_it() {
+    let (settings, topology, app, client) = api::serve_with("rebuilding", quick).await;
+    for u in 0..3 {
+        let (s, b) = client
+            .like(&format!("u{u}"), "item-1", &format!("k{u}"))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+    }
+    let ks = &settings.cql.keyspace;
+    likes::cql::recorded::mark_rebuilding(&app.session, ks, likes::runtime::clock::now_ms())
+        .await
+        .unwrap();
+    let mut run = fx::start(&settings, &topology);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    run.check().await;
+    assert_eq!(
+        fx::counts(&settings).await,
+        BTreeMap::new(),
+        "stage 2 wrote counter rows during a rebuild"
+    );
+    likes::cql::recorded::rebuild_done(&app.session, ks)
+        .await
+        .unwrap();
+    converge(&mut run, &settings, &app).await;
+    run.stop().await;
     fx::teardown(&settings, &topology).await;
 }

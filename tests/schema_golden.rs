@@ -168,9 +168,15 @@ fn the_released_schema_reads_what_todays_code_writes() {
 
     let old = released::LikeEvent::decode(bytes.as_slice()).expect("released reader decodes");
     assert_eq!(old, released_event(), "every released field as written");
-    // Without the new field the bytes are exactly what the released schema writes.
+    assert_eq!(
+        today_event.earlier_event_times_ms,
+        [1_764_460_600_000],
+        "the earlier flip times round-trip"
+    );
+    // Without the new fields the bytes are exactly what the released schema writes.
     let without = today::LikeEvent {
         client_platform: 0,
+        earlier_event_times_ms: vec![],
         ..today_event
     };
     assert_eq!(without.encode_to_vec(), golden("like_event"));

@@ -41,8 +41,12 @@ async fn outage(name: &str, secs: u64, stages: &mut [&mut procs::Stage]) {
     stages.iter_mut().for_each(|s| s.assert_alive());
 }
 
+/// The tests of this binary kill the shared stack: one at a time.
+static OUTAGES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stages_ride_through_kill_9_of_the_broker_and_of_cassandra() {
+    let _turn = OUTAGES.lock().await;
     let procs::Harness {
         settings,
         topology,
@@ -98,5 +102,62 @@ async fn stages_ride_through_kill_9_of_the_broker_and_of_cassandra() {
             errors.join("\n")
         );
     }
+    fx::teardown(&settings, &topology).await;
+}
+
+/// Issue 23, item 9: an operations job rides through a broker restart during its wait for
+/// the pipeline to pass its cut (transient errors retried with backoff up to
+/// `ops.wait_timeout`), and still finds no drift, every item compared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drift_rides_through_a_broker_restart_during_its_wait() {
+    use likes::ops::cut::Pipeline;
+    use likes::ops::drift::{self, Scope};
+
+    let _turn = OUTAGES.lock().await;
+    let (settings, topology, app, client) = common::api::serve_with("driftkill", |s| {
+        s.api.relay_min_age = Duration::from_secs(8);
+        s.api.write_deadline = Duration::from_secs(2);
+        s.cql.request_timeout = Duration::from_secs(5);
+        s.ops.wait_timeout = Duration::from_secs(150);
+    })
+    .await;
+    let mut run = fx::start(&settings, &topology);
+    for u in 0..6 {
+        let (s, b) = client
+            .like(
+                &format!("u{u}"),
+                &format!("item-{}", u % 3),
+                &format!("k{u}"),
+            )
+            .await;
+        assert_eq!(s, reqwest::StatusCode::OK, "{b}");
+    }
+    let want = fx::nonzero(&app.store.edges.liked_per_item().await.unwrap());
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
+    assert_eq!(have, want);
+
+    let job = {
+        let (s, t) = (settings.clone(), topology.clone());
+        common::on_own_runtime(move || async move {
+            let p = Pipeline::connect(&s, &t).await?;
+            drift::run(&p, &Scope::All).await
+        })
+    };
+    // The job waits relay_min_age past its cut first: the broker dies meanwhile.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _restore = common::stack::UpOnDrop;
+    common::stack::kill9("kafka");
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    common::stack::up();
+    let report = tokio::task::spawn_blocking(move || job.join().unwrap())
+        .await
+        .unwrap()
+        .expect("drift rides through the broker's restart");
+    let drifted = report.drifted();
+    assert!(drifted.is_empty(), "{report}");
+    assert_eq!(report.in_flight(), 0, "{report}");
+    assert_eq!(report.items.len(), want.len(), "{report}");
+    run.check().await;
+    run.stop().await;
     fx::teardown(&settings, &topology).await;
 }

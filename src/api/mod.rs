@@ -61,6 +61,7 @@ impl App {
         let signer = auth::Signer::from_session_key(&settings.api.session_key)?;
         let session = cql::connect(&settings.cql).await?;
         cql::recorded::check(&session, &settings.cql.keyspace, topology).await?;
+        cql::check_clock(&session).await?;
         let store = Stores::prepare(&session, &settings.cql.keyspace).await?;
         store.outbox.init_floors().await?;
         Ok(Arc::new(Self {

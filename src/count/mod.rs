@@ -360,6 +360,30 @@ pub fn decode_record(payload: Option<&[u8]>) -> std::result::Result<Input, Strin
     }
 }
 
+/// Before joining its group: while `likes rebuild` runs (or was killed before its end),
+/// stage 2 waits, saying so. Returns true when stopped meanwhile.
+async fn wait_for_rebuild(
+    settings: &Settings,
+    stop: &CancellationToken,
+    health: &Health,
+) -> Result<bool> {
+    let session = cql::connect(&settings.cql).await?;
+    let ks = &settings.cql.keyspace;
+    let mut said = std::time::Instant::now() - Duration::from_secs(60);
+    while let Some(since) = cql::recorded::rebuilding(&session, ks).await? {
+        if said.elapsed() >= Duration::from_secs(30) {
+            warn!(rebuild_started_ms = since, "a counter-table rebuild is under way (or was killed before its end: run `likes rebuild` again); stage 2 waits for it");
+            said = std::time::Instant::now();
+        }
+        // Waiting on purpose is not a stall.
+        health.beat();
+        if !sleep_or_stop(Duration::from_secs(2), stop).await {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Runs stage 2 until `stop`. An error of Kafka's or Cassandra's (a restart, a timeout) ends
 /// the incarnation, not the process: a new one starts after a backoff from the committed
 /// offsets, and the fence skips every window the last one applied. Fatal errors end the
@@ -374,7 +398,12 @@ pub async fn run(
     let mut backoff = Backoff::default();
     loop {
         let mut applied = 0;
-        let result = match Count::new(settings, topology, health.clone()).await {
+        let result = match wait_for_rebuild(settings, &stop, &health).await {
+            Ok(true) => break,
+            Ok(false) => Count::new(settings, topology, health.clone()).await,
+            Err(e) => Err(e),
+        };
+        let result = match result {
             Ok(mut c) => {
                 let r = c.run(&stop).await;
                 applied = c.sink.stats.windows_applied;

@@ -22,6 +22,39 @@ const WINDOW_MS: &str = "window_ms";
 /// replay is checked against).
 const WINDOW_SINCE: &str = "window_ms@";
 
+/// A `likes rebuild` under way, or killed before its end, since this time (ms): stage 2 must
+/// not start until it is done (issue 23, item 8: a stage 2 started meanwhile would apply
+/// windows onto rows the rebuild is about to overwrite, or ahead of the fence it sets).
+const REBUILDING: &str = "rebuild_started_ms";
+
+/// Records that a rebuild starts (keeps an earlier, unfinished one's record).
+pub async fn mark_rebuilding(session: &Session, ks: &str, now_ms: i64) -> Result<()> {
+    put(session, ks, REBUILDING, now_ms).await
+}
+
+/// Clears the rebuild record: stage 2 may start.
+pub async fn rebuild_done(session: &Session, ks: &str) -> Result<()> {
+    let st = scylla::statement::unprepared::Statement::new(format!(
+        "DELETE FROM {ks}.topology_record WHERE name = ? IF EXISTS"
+    ));
+    session.query_unpaged(st, (REBUILDING,)).await?;
+    Ok(())
+}
+
+/// When the rebuild under way (or left unfinished) started, if one is recorded.
+pub async fn rebuilding(session: &Session, ks: &str) -> Result<Option<i64>> {
+    let rows = session
+        .query_unpaged(
+            format!("SELECT value FROM {ks}.topology_record WHERE name = ?"),
+            (REBUILDING,),
+        )
+        .await?
+        .into_rows_result()?;
+    Ok(rows
+        .maybe_first_row::<(Option<i64>,)>()?
+        .map(|r| r.0.unwrap_or(0)))
+}
+
 /// What the keyspace records, if anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Recorded {

@@ -543,7 +543,15 @@ impl Pipeline {
                             break;
                         }
                     }
-                    Some(Err(e)) => return Err(e.into()),
+                    Some(Err(e)) => {
+                        // A broker restarting (now, or during an earlier wait: the client
+                        // reports it on its next poll) is waited out; the deadline bounds it.
+                        let e = Error::from(e);
+                        if !e.is_retryable() {
+                            return Err(e);
+                        }
+                        tracing::warn!(error = %e, "reading {topic}: the broker is away; waiting");
+                    }
                     None => {
                         let at = self
                             .kafka

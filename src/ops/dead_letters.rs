@@ -107,7 +107,13 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
                             return Ok(());
                         }
                     }
-                    Some(Err(e)) => return Err(e.into()),
+                    Some(Err(e)) => {
+                        let e = Error::from(e);
+                        if !e.is_retryable() {
+                            return Err(e);
+                        }
+                        warn!(error = %e, "reading {topic}: the broker is away; waiting");
+                    }
                     None => {
                         // Transaction markers take offsets too: the end may hold no record.
                         let at = c

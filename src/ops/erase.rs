@@ -324,13 +324,20 @@ async fn purge(app: &App, st: &Statements, e: &Erasure, user: &str) -> Result<()
             .execute_unpaged(&st.delete_by_user, (user, item))
             .await?;
     }
-    if young > 0 {
-        info!(id = %e.id, young, due_in = ?Duration::from_millis(settle_ms as u64), "erase: rows flipped too recently to purge; the purge waits for them");
-        return Ok(());
-    }
+    // Fault-test hook: a write that passed the API's check before the erasure was
+    // requested lands its index row now.
+    fail::fail_point!("erase-before-rewalk", |_| Err(Error::Injected(
+        "erase-before-rewalk"
+    )));
     // Purged only when a walk finds nothing left: the record then forgets the user.
-    if !st.items_after(app, user, "").await?.is_empty() {
-        warn!(id = %e.id, "erase: the user's index gained rows during the purge; the next run takes them back");
+    let left = st.items_after(app, user, "").await?;
+    if !left.is_empty() {
+        let new = left.iter().filter(|i| !items.contains(i)).count();
+        if new > 0 {
+            warn!(id = %e.id, new, "erase: the user's index gained rows during the purge; the next run takes them back");
+        }
+        info!(id = %e.id, young, new, due_in = ?Duration::from_millis(settle_ms as u64),
+            "erase: rows left (flipped too recently to purge, or new); the purge waits for them");
         return Ok(());
     }
     app.store.erasures.mark_purged(&e.id, now_ms()).await?;

@@ -13,7 +13,9 @@
 //!    replays the tail from P: every window after W0 applies once, none before it.
 //!
 //! While it runs, reads of a count answer from whatever row is there (none: 0), and are
-//! right again, with `asOf` catching up, once stage 2 has replayed the tail.
+//! right again, with `asOf` catching up, once stage 2 has replayed the tail. It records
+//! itself in `topology_record` for its whole run: a stage 2 started meanwhile waits for it
+//! (a killed rebuild leaves the record; running it again to its end clears it).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -55,6 +57,16 @@ const ATTEMPTS: usize = 3;
 pub async fn run(p: &Pipeline) -> Result<RebuildReport> {
     let group = p.settings.group(&p.topology.groups.count);
     refuse_live_group(p, &group).await?;
+    // From here until the end, a stage 2 that starts waits (a killed rebuild leaves the
+    // record: running it again to its end clears it).
+    let ks = &p.settings.cql.keyspace;
+    crate::cql::recorded::mark_rebuilding(&p.session, ks, crate::runtime::clock::now_ms()).await?;
+    let report = rebuild(p, &group).await?;
+    crate::cql::recorded::rebuild_done(&p.session, ks).await?;
+    Ok(report)
+}
+
+async fn rebuild(p: &Pipeline, group: &str) -> Result<RebuildReport> {
     for attempt in 1..=ATTEMPTS {
         let k = cut::choose();
         info!(
@@ -67,7 +79,7 @@ pub async fn run(p: &Pipeline) -> Result<RebuildReport> {
                 warn!(%item, %user, "an edge flipped twice since the cut; taking a later cut");
                 continue;
             }
-            Ok(recount) => return finish(p, &group, k, recount).await,
+            Ok(recount) => return finish(p, group, k, recount).await,
         }
     }
     Err(Error::State(format!(

@@ -10,6 +10,24 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use likes::config::Settings;
 
+/// Runs a job's future on a thread and runtime of its own (a fail point's sleep blocks its
+/// thread, and a job's futures are not all `Send` across spawns); the answer comes back
+/// through `spawn_blocking(|| handle.join())`.
+pub fn on_own_runtime<F, T>(job: impl FnOnce() -> F + Send + 'static) -> std::thread::JoinHandle<T>
+where
+    F: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(job())
+    })
+}
+
 /// A name no other test or run uses: `<base>_<pid>_<millis>_<n>`, CQL- and Kafka-safe.
 pub fn unique(base: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
