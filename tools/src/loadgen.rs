@@ -218,6 +218,7 @@ pub async fn run(settings: &Settings, topology: &Topology, a: &LoadgenArgs) -> R
         unlike_share: a.unlike_share,
         retry_share: a.retry_share,
         relike_share: 0.0,
+        relike_after_ms: 0,
         seed: a.seed,
         run_id: format!("lg{}", likes::runtime::clock::now_ms()),
     });
@@ -242,6 +243,8 @@ pub struct MixArgs {
     /// Share of requests that like again an edge the mix unliked earlier (its op 3, 5, ...;
     /// over HTTP only: the Kafka target numbers ops 1 and 2 alone).
     pub relike_share: f64,
+    /// An unliked edge is liked again no sooner than this after its unlike, ms.
+    pub relike_after_ms: i64,
     pub seed: u64,
     /// Prefixes user ids and request keys, so runs never collide.
     pub run_id: String,
@@ -286,8 +289,14 @@ impl Mix {
             return op;
         }
         self.next_user += 1;
-        let op = if !self.unliked.is_empty() && self.rng.random_bool(self.args.relike_share) {
-            // The oldest first: with a short dedupe horizon, its flips are past it.
+        let relike_due = self
+            .unliked
+            .first()
+            .is_some_and(|u| now - u.2 >= self.args.relike_after_ms);
+        let op = if relike_due && self.rng.random_bool(self.args.relike_share) {
+            // The oldest first, and only after a while: with a short dedupe horizon, its
+            // flips are past it; and the unlikes of the run's last seconds stay as they
+            // are, for the checks.
             let (item, user, at) = self.unliked.remove(0);
             self.liked
                 .push((item.clone(), user.clone(), now.max(at + 1)));
@@ -579,6 +588,7 @@ mod tests {
             unlike_share: 0.2,
             retry_share: 0.1,
             relike_share: 0.0,
+            relike_after_ms: 0,
             seed: 1,
             run_id: "t".into(),
         });
@@ -619,6 +629,7 @@ mod tests {
             unlike_share: 0.3,
             retry_share: 0.0,
             relike_share: 0.3,
+            relike_after_ms: 0,
             seed: 2,
             run_id: "r".into(),
         });

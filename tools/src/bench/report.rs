@@ -193,6 +193,7 @@ async fn sweep(
         unlike_share: 0.1,
         retry_share: 0.05,
         relike_share: 0.0,
+        relike_after_ms: 0,
         seed: 42,
         run_id: format!("sw{stamp}"),
     });

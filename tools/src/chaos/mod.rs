@@ -231,6 +231,8 @@ async fn run_one(
         retry_share: 0.1,
         // Likes again of unliked edges: with a short horizon, flips of edges stage 1 forgot.
         relike_share: 0.1,
+        // Past a short horizon by then; the last seconds' unlikes stay, for the checks.
+        relike_after_ms: 15_000,
         seed,
         run_id: format!("c{seed}x{stamp}"),
     });
@@ -275,17 +277,15 @@ async fn run_one(
         summary.sent, summary.ok, summary.failed
     ));
 
-    // The operations jobs started by the faults finish (they wait for the pipeline).
-    for (at_s, mut job) in jobs {
-        let status = tokio::task::spawn_blocking(move || wait_job(&mut job.child))
-            .await
-            .map_err(|e| anyhow!(format!("waiting for a job: {e}")))?;
+    // The operations jobs started by the faults finish (they wait for the pipeline, so the
+    // fleet is supervised meanwhile: a stage killed last must come back for them).
+    for (at_s, name, status) in finish_jobs(jobs, &mut fleet, interrupted).await? {
         if let Some(p) = struck.iter_mut().find(|p| p.at_s == at_s) {
             let o = p.outcome.get_or_insert_with(String::new);
             if !o.is_empty() {
                 o.push_str("; ");
             }
-            o.push_str(&format!("{}: {status}", job.name));
+            o.push_str(&format!("{name}: {status}"));
         }
     }
     let mut drained_after_s = drain(&mut fleet, &session, &namespace, interrupted).await?;
@@ -294,16 +294,14 @@ async fn run_one(
         // What the pipeline could not count exactly (flips dead-lettered, or counted on a
         // guess) is the recount queue's: drained as production drains it.
         say("chaos: counts still differ after the drain; draining the recount queue (likes reconcile --dead-letters)");
-        let mut job = crate::procs::spawn_job(
+        let job = crate::procs::spawn_job(
             &["reconcile", "--dead-letters", "--reason", "chaos-recount"],
             "recount",
             &dir,
             &env,
         )?;
-        let status = tokio::task::spawn_blocking(move || wait_job(&mut job.child))
-            .await
-            .map_err(|e| anyhow!(format!("waiting for the recount: {e}")))?;
-        recount_queue = Some(status);
+        let done = finish_jobs(vec![(0.0, job)], &mut fleet, interrupted).await?;
+        recount_queue = done.into_iter().next().map(|d| d.2);
         drained_after_s = drain(&mut fleet, &session, &namespace, interrupted).await?;
     }
     let seen = live
@@ -360,23 +358,42 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-/// Waits for an operations job (at most 10 minutes: it has its own wait timeout) and says
-/// how it ended.
-fn wait_job(child: &mut std::process::Child) -> String {
+/// Waits for operations jobs (at most 10 minutes: each has its own wait timeout) while
+/// supervising the fleet; returns (when it struck, job, how it ended) for each.
+async fn finish_jobs(
+    mut jobs: Vec<(f64, crate::procs::Proc)>,
+    fleet: &mut Fleet,
+    interrupted: &CancellationToken,
+) -> Result<Vec<(f64, &'static str, String)>> {
     let deadline = Instant::now() + Duration::from_secs(600);
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            return if status.success() {
-                "ok".into()
-            } else {
-                format!("failed ({status})")
+    let mut done = Vec::new();
+    while !jobs.is_empty() {
+        fleet.tick()?;
+        let late = Instant::now() > deadline || interrupted.is_cancelled();
+        let mut i = 0;
+        while i < jobs.len() {
+            let (at, job) = &mut jobs[i];
+            let status = match job.child.try_wait() {
+                Ok(Some(s)) if s.success() => Some("ok".to_string()),
+                Ok(Some(s)) => Some(format!("failed ({s})")),
+                _ if late => {
+                    let _ = job.child.kill();
+                    let _ = job.child.wait();
+                    Some("killed after 10 min (or on an interrupt)".to_string())
+                }
+                _ => None,
             };
+            match status {
+                Some(s) => {
+                    done.push((*at, job.name, s));
+                    jobs.swap_remove(i);
+                }
+                None => i += 1,
+            }
         }
-        std::thread::sleep(Duration::from_millis(200));
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    "killed after 10 min".into()
+    Ok(done)
 }
 
 /// A run's settings: its namespace, a session key, the API on a free port.
