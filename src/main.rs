@@ -245,8 +245,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 metrics_file,
                 push,
             } => {
-                let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
-                let report = likes::ops::drift::run(&p, &scope.scope()).await?;
+                let scope = scope.scope();
+                let report = likes::ops::retrying("drift", settings.ops.wait_timeout, || async {
+                    let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
+                    likes::ops::drift::run(&p, &scope).await
+                })
+                .await?;
                 out(&report.to_string());
                 if let Some(path) = metrics_file {
                     likes::ops::drift::write_metrics_file(&path, &report.gauges())?;
@@ -260,19 +264,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 dry_run,
                 reason,
             } => {
-                let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
                 let scope = scope.scope();
-                let queue = match scope {
-                    likes::ops::drift::Scope::DeadLetters => {
-                        Some(likes::ops::dead_letters::read(&p)?)
-                    }
-                    _ => None,
-                };
-                let items = match &queue {
-                    Some(q) => q.items.clone(),
-                    None => likes::ops::drift::items_of(&p, &scope).await?,
-                };
-                let report = likes::ops::reconcile::run(&p, items, dry_run, &reason).await?;
+                let (p, queue, report) =
+                    likes::ops::retrying("reconcile", settings.ops.wait_timeout, || async {
+                        let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
+                        let queue = match &scope {
+                            likes::ops::drift::Scope::DeadLetters => {
+                                Some(likes::ops::dead_letters::read(&p)?)
+                            }
+                            _ => None,
+                        };
+                        let items = match &queue {
+                            Some(q) => q.items.clone(),
+                            None => likes::ops::drift::items_of(&p, &scope).await?,
+                        };
+                        let report =
+                            likes::ops::reconcile::run(&p, items, dry_run, &reason).await?;
+                        Ok((p, queue, report))
+                    })
+                    .await?;
                 out(&report.to_string());
                 // A refused correction was retried at a later cut; what is left unsettled
                 // after every attempt is in in_flight.
@@ -299,8 +309,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             Command::Rebuild => {
-                let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
-                out(&likes::ops::rebuild::run(&p).await?.to_string());
+                let report = likes::ops::retrying("rebuild", settings.ops.wait_timeout, || async {
+                    let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
+                    likes::ops::rebuild::run(&p).await
+                })
+                .await?;
+                out(&report.to_string());
             }
             Command::Config => {
                 out(&format!(

@@ -8,3 +8,43 @@ pub mod erase;
 pub mod progress;
 pub mod rebuild;
 pub mod reconcile;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+
+/// Runs a whole operations job again when a dependency failed it (a broker or database
+/// restarting: an error worth retrying), with backoff, until `deadline` has passed; every job
+/// here is safe to run again from the start (its writes are fenced or idempotent). On giving
+/// up, the error says so and names the command to run.
+pub async fn retrying<T, F, Fut>(job: &str, deadline: Duration, mut run: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let started = Instant::now();
+    let mut wait = Duration::from_secs(1);
+    loop {
+        match run().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_retryable() && started.elapsed() + wait < deadline => {
+                tracing::warn!(error = %e, retry_in = ?wait,
+                    "{job}: a dependency failed the job; running it again (safe: what it wrote is fenced)");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+            Err(e) if e.is_retryable() => {
+                return Err(crate::error::Error::Timeout(
+                    deadline,
+                    format!(
+                        "{job}: a dependency kept failing it ({e}); nothing it wrote is half-done \
+                         (corrections and rows are fenced): run `likes {job} ...` again with the \
+                         same arguments once Kafka and CQL answer"
+                    ),
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -18,10 +18,15 @@ use crate::error::{Error, Result};
 
 /// Prepares one statement; a failure names the statement (a schema older than the code).
 pub(crate) async fn prepare(session: &Session, q: String) -> Result<PreparedStatement> {
-    session
-        .prepare(q.clone())
-        .await
-        .map_err(|e| Error::Schema(format!("prepare {q}: {e}")))
+    use scylla::errors::{PrepareError, RequestAttemptError};
+    session.prepare(q.clone()).await.map_err(|e| match e {
+        // The database refused the statement: the schema is not what this version expects.
+        PrepareError::AllAttemptsFailed {
+            first_attempt: RequestAttemptError::DbError(..),
+        } => Error::Schema(format!("prepare {q}: {e}")),
+        // No node reachable, a connection broken: a restart, worth another try.
+        _ => Error::CqlTransient(format!("prepare {q}: {e}")),
+    })
 }
 
 /// A row as (column name, value) pairs.
