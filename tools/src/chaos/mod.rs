@@ -351,11 +351,18 @@ const API_NAMES: [&str; 7] = [
     "api-2", "api-3", "api-4", "api-5", "api-6", "api-7", "api-8",
 ];
 
+/// A port for an API to listen on, below Linux's ephemeral range (32768-60999): a port the
+/// kernel hands out (bind to 0) may be taken a moment later as the local end of one of the
+/// many client connections the run's processes open, and the API then fails to bind it
+/// (seen: "Address already in use" for one of three APIs).
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("finding a free port")?
-        .port())
+    for _ in 0..200 {
+        let port = rand::random_range(20_000..32_000);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(anyhow!("no free port in 20000-32000 after 200 tries"))
 }
 
 /// Waits for operations jobs (at most 10 minutes: each has its own wait timeout) while
@@ -404,10 +411,7 @@ fn run_settings(base: &Settings, namespace: &str) -> Result<Settings> {
     if settings.api.session_key.is_empty() {
         settings.api.session_key = format!("chaos-{:032x}", rand::random::<u128>());
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("finding a free port")?
-        .port();
+    let port = free_port()?;
     settings.api.listen = format!("127.0.0.1:{port}");
     Ok(settings)
 }
