@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
@@ -34,8 +34,25 @@ pub struct Queued {
     ends: HashMap<i32, i64>,
 }
 
-/// The item a dead letter is about: from its key (`item#bucket`, kept verbatim), else from
-/// its value when that decodes as a LikeEvent.
+/// The item a dead letter is about. Stage 2's (an unusable `likes.deltas` record) keeps its
+/// key, the item itself; stage 1's keeps `item#bucket`, else its value may decode as a
+/// LikeEvent.
+pub fn item_of_record(
+    from_deltas: bool,
+    key: Option<&[u8]>,
+    payload: Option<&[u8]>,
+) -> Option<String> {
+    if from_deltas {
+        return key
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .filter(|k| !k.is_empty())
+            .map(str::to_string);
+    }
+    item_of(key, payload)
+}
+
+/// The item of one of stage 1's dead letters: from its key (`item#bucket`, kept verbatim),
+/// else from its value when that decodes as a LikeEvent.
 pub fn item_of(key: Option<&[u8]>, payload: Option<&[u8]>) -> Option<String> {
     if let Some(item) = key
         .and_then(|k| std::str::from_utf8(k).ok())
@@ -62,6 +79,7 @@ fn consumer(p: &Pipeline) -> Result<BaseConsumer> {
 /// Reads the queue: every record from the recount group's position to the current end.
 pub fn read(p: &Pipeline) -> Result<Queued> {
     let topic = p.settings.topic(&p.topology.topics.dlq.name);
+    let deltas = p.settings.topic(&p.topology.topics.deltas.name);
     let ends = p.ends(&topic)?;
     let c = consumer(p)?;
     let timeout = p.settings.kafka.request_timeout;
@@ -90,7 +108,12 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
                 match c.poll(Duration::from_millis(500)) {
                     Some(Ok(m)) => {
                         q.records += 1;
-                        match item_of(m.key(), m.payload()) {
+                        let from_deltas = m.headers().is_some_and(|h| {
+                            h.iter().any(|x| {
+                                x.key == "likes.source.topic" && x.value == Some(deltas.as_bytes())
+                            })
+                        });
+                        match item_of_record(from_deltas, m.key(), m.payload()) {
                             Some(item) => {
                                 items.insert(item);
                             }
@@ -176,5 +199,10 @@ mod tests {
         assert_eq!(item_of(None, Some(&event)).as_deref(), Some("item-9"));
         assert_eq!(item_of(Some(b"no-bucket"), Some(&[0xff, 0xff])), None);
         assert_eq!(item_of(None, None), None);
+        // Stage 2's dead letters keep the item as the key.
+        assert_eq!(
+            item_of_record(true, Some(b"item-3"), Some(&[0xff])).as_deref(),
+            Some("item-3")
+        );
     }
 }
