@@ -293,38 +293,33 @@ impl Mix {
             .unliked
             .first()
             .is_some_and(|u| now - u.2 >= self.args.relike_after_ms);
+        let key = format!("{}-{}", self.args.run_id, self.next_user);
+        // The next flip of an edge the mix flipped before (at `at`): one later, then or now.
+        let again = |(item, user, at): (String, String, i64), like: bool| Op {
+            item,
+            user,
+            like,
+            key: key.clone(),
+            retry: false,
+            at_ms: now.max(at + 1),
+            prev_at_ms: at,
+        };
         let op = if relike_due && self.rng.random_bool(self.args.relike_share) {
             // The oldest first, and only after a while: with a short dedupe horizon, its
             // flips are past it; and the unlikes of the run's last seconds stay as they
             // are, for the checks.
-            let (item, user, at) = self.unliked.remove(0);
+            let edge = self.unliked.remove(0);
             self.liked
-                .push((item.clone(), user.clone(), now.max(at + 1)));
-            Op {
-                item,
-                user,
-                like: true,
-                key: format!("{}-{}", self.args.run_id, self.next_user),
-                retry: false,
-                at_ms: now.max(at + 1),
-                prev_at_ms: at,
-            }
+                .push((edge.0.clone(), edge.1.clone(), now.max(edge.2 + 1)));
+            again(edge, true)
         } else if !self.liked.is_empty() && self.rng.random_bool(self.args.unlike_share) {
             let j = self.rng.random_range(0..self.liked.len());
-            let (item, user, at) = self.liked.swap_remove(j);
+            let edge = self.liked.swap_remove(j);
             if self.args.relike_share > 0.0 {
                 self.unliked
-                    .push((item.clone(), user.clone(), now.max(at + 1)));
+                    .push((edge.0.clone(), edge.1.clone(), now.max(edge.2 + 1)));
             }
-            Op {
-                item,
-                user,
-                like: false,
-                key: format!("{}-{}", self.args.run_id, self.next_user),
-                retry: false,
-                at_ms: now.max(at + 1),
-                prev_at_ms: at,
-            }
+            again(edge, false)
         } else {
             let item = if self.rng.random_bool(self.args.viral_share) {
                 VIRAL_ITEM.to_string()
@@ -337,7 +332,7 @@ impl Mix {
                 item,
                 user,
                 like: true,
-                key: format!("{}-{}", self.args.run_id, self.next_user),
+                key,
                 retry: false,
                 at_ms: now,
                 prev_at_ms: 0,
