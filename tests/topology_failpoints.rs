@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::procs;
@@ -82,4 +83,121 @@ async fn crashes_at_the_narrow_moments_never_change_the_counts() {
         "the crash after the commit must have been recovered from the changelog (records > 0)"
     );
     fx::teardown(&settings, &topology).await;
+}
+
+/// Issue 23, item 4: a window change after stage 2 died between its counter writes and its
+/// offset commit. The windows it applied were cut on the old grid; the next process re-reads
+/// their records, and a window of the new length that straddles an applied one would add
+/// them again. Twice: on partitions stage 2 had never committed (250 ms → 1 s), and on
+/// partitions committed with a length (1 s → 1.5 s, a length the old does not divide).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_change_after_a_crash_before_the_commit_applies_nothing_twice() {
+    let procs::Harness {
+        settings,
+        topology,
+        dir,
+        audit,
+        mut dedupe,
+        mut count,
+        ..
+    } = procs::harness("windowchange").await;
+    let env = common::env_for(&settings);
+    let with_window = |ms: u64| {
+        let t = topology
+            .clone()
+            .with_window(Duration::from_millis(ms))
+            .unwrap();
+        let path = dir.join(format!("topology-{ms}.toml"));
+        std::fs::write(&path, toml::to_string(&t).unwrap()).unwrap();
+        let mut env = env.clone();
+        env.push(("LIKES__TOPOLOGY__PATH", path.display().to_string()));
+        let (ok, out, err) = common::likes(&["migrate", "--accept-window-change"], &env);
+        assert!(ok, "migrate to a {ms} ms window failed:\n{out}\n{err}");
+        ("LIKES__TOPOLOGY__PATH", path.display().to_string())
+    };
+    let base_ms = likes::runtime::clock::now_ms() - 60_000;
+    let chunks: Vec<_> = ["a", "b", "c", "d"]
+        .iter()
+        .enumerate()
+        .map(|(i, u)| fx::script_of(40 + i as u64, 8, 30, 5, ("item", u), base_ms))
+        .collect();
+    let mut want = BTreeMap::new();
+    let mut settle = |i: usize| {
+        for (item, n) in &chunks[i].truth {
+            *want.entry(item.clone()).or_insert(0) += n;
+        }
+        fx::nonzero(&want)
+    };
+    let armed = ("FAILPOINTS", "count-after-sink-before-commit=panic".to_string());
+    dedupe.start();
+
+    // A: 250 ms windows, killed after its first write, before any commit.
+    let w250 = with_window(250);
+    fx::produce(&settings, &topology, &chunks[0].records).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    count.start_with(&[(w250.0, &w250.1), (armed.0, &armed.1)]);
+    assert!(
+        count.wait_exit(Duration::from_secs(60)),
+        "the fail point never fired; log:\n{}",
+        count.tail()
+    );
+
+    // B: 1 s windows, up to date, then a clean stop (commits carry the 1 s length).
+    let w1000 = with_window(1000);
+    count.start_with(&[(w1000.0, &w1000.1)]);
+    fx::produce(&settings, &topology, &chunks[1].records).await;
+    settle(0);
+    let want_ab = settle(1);
+    let have = wait_until(&mut dedupe, &mut count, &settings, &want_ab).await;
+    assert_eq!(
+        have, want_ab,
+        "250 ms → 1 s after a crash on partitions never committed: counts must equal the truth"
+    );
+    count.stop();
+
+    // C: 1 s windows again, killed after a write, before its commit.
+    fx::produce(&settings, &topology, &chunks[2].records).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    count.start_with(&[(w1000.0, &w1000.1), (armed.0, &armed.1)]);
+    assert!(
+        count.wait_exit(Duration::from_secs(60)),
+        "the fail point never fired; log:\n{}",
+        count.tail()
+    );
+
+    // D: 1.5 s windows, which straddle the 1 s ones.
+    let w1500 = with_window(1500);
+    count.start_with(&[(w1500.0, &w1500.1)]);
+    fx::produce(&settings, &topology, &chunks[3].records).await;
+    settle(2);
+    let want_all = settle(3);
+    let have = wait_until(&mut dedupe, &mut count, &settings, &want_all).await;
+    assert_eq!(
+        have, want_all,
+        "1 s → 1.5 s after a crash on committed partitions: counts must equal the truth"
+    );
+    dedupe.stop();
+    count.stop();
+    procs::assert_audit(&audit, &want_all);
+    fx::teardown(&settings, &topology).await;
+}
+
+/// Waits (up to 60 s) for the counts to equal `want` with both stages alive; returns the
+/// last counts seen. A count above the truth never comes down, so a short wait decides.
+async fn wait_until(
+    dedupe: &mut procs::Stage,
+    count: &mut procs::Stage,
+    settings: &likes::config::Settings,
+    want: &BTreeMap<String, i64>,
+) -> BTreeMap<String, i64> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        dedupe.assert_alive();
+        count.assert_alive();
+        let have = fx::nonzero(&fx::counts(settings).await);
+        if have == *want || tokio::time::Instant::now() > deadline {
+            return have;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

@@ -293,6 +293,15 @@ struct Request<'a> {
     now: i64,
 }
 
+/// The time a request is stamped with on its edge: its own clock, but never at or before
+/// the edge's last flip, whichever pod's clock stamped that. A flip's time orders the
+/// edge's ops for stage 1 ("past the horizon", docs/exactness.md); a no-op's time tells a
+/// cut that the op it found existed by then (ops/cut.rs), which a pod whose clock is behind
+/// would otherwise date before that op's own flip (issue 23, item 8).
+pub fn recorded_at(now: i64, last_flip_at: Option<i64>) -> i64 {
+    last_flip_at.map_or(now, |t| now.max(t.saturating_add(1)))
+}
+
 /// What the request's compare-and-set found or did.
 enum Outcome {
     /// The row already held this key: its stored answer.
@@ -327,7 +336,7 @@ async fn cas(
         let already = edge.map(|e| e.liked == req.liked).unwrap_or(!req.liked);
         // One edge's flip times never go backwards, whichever pod's clock stamps them:
         // stage 1 reads "past the horizon" off them in op order (docs/exactness.md).
-        let flip_at = edge.map_or(req.now, |e| req.now.max(e.updated_at_ms + 1));
+        let flip_at = recorded_at(req.now, edge.map(|e| e.updated_at_ms));
         let to = Edge {
             liked: req.liked,
             op_id: edge.map(|e| e.op_id).unwrap_or(0) + i64::from(!already),
@@ -340,7 +349,7 @@ async fn cas(
             liked: req.liked,
             changed: !already,
             op_id: to.op_id,
-            at_ms: req.now,
+            at_ms: flip_at,
             key: req.key.clone(),
         };
         let value = remembered.encode();

@@ -175,7 +175,9 @@ impl Count {
                 committed.retain(|(q, _)| *q != p);
             })
         })?;
+        let mut never_committed = false;
         for r in assigned {
+            never_committed |= r.offset.is_none();
             let (clock_ms, window_ms) = parse_clock(&r.metadata).unwrap_or((0, 0));
             let resume = r.offset.map(|offset| ResumePoint {
                 offset,
@@ -201,6 +203,12 @@ impl Count {
                 "partition ready"
             );
             self.windows.assign(r.partition, resume, replay_to);
+        }
+        if never_committed {
+            // Record this process's window length before its first write (issue 23, item
+            // 4): a crash before a first commit would otherwise leave windows applied on a
+            // grid the next process, started with another length, cannot know.
+            self.commit()?;
         }
         Ok(())
     }

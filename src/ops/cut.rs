@@ -745,4 +745,24 @@ mod tests {
         // Op 2 started before the cut but landed after op 1, which started after it.
         assert_eq!(liked_at(false, 2, 990, 1010, &BTreeMap::new(), 1000), None);
     }
+
+    #[test]
+    fn a_no_op_from_a_pod_whose_clock_is_behind_never_dates_an_op_before_its_flip() {
+        // Issue 23, item 8: op 5 (liked) flipped at 1200 by one pod; a no-op like from a pod
+        // whose clock reads 900 found op 5. Then op 6 (unlike) at 1300, op 7 (like) at 1400,
+        // op 8 (unlike) at 1500, and op 5 left the row. At the cut 1000 the edge was at op 4
+        // (flipped at 800, unliked).
+        let noop_at = crate::api::write::recorded_at(900, Some(1200));
+        let k = requests(&[
+            (4, 800, true),
+            (5, noop_at, false),
+            (6, 1300, true),
+            (7, 1400, true),
+        ]);
+        assert_ne!(
+            liked_at(false, 8, 1500, 1400, &k, 1000),
+            Some(true),
+            "the no-op claims op 5 existed before the cut"
+        );
+    }
 }

@@ -56,6 +56,8 @@ pub struct Verdict {
     /// the row, so the deltas-against-counts check skips them (edges against counts stays).
     pub corrected_items: usize,
     pub negative_rows: usize,
+    /// LIKED edges of users erased during the run (their likes must all be taken back).
+    pub erased_likes_left: usize,
     /// Up to 20 drifted items.
     pub drifts: Vec<Drift>,
 }
@@ -69,6 +71,7 @@ impl Verdict {
             && self.acked_likes_lost == 0
             && self.acked_unlikes_lost == 0
             && self.negative_rows == 0
+            && self.erased_likes_left == 0
             && self.deltas_vs_counts == 0
     }
 }
@@ -92,6 +95,7 @@ pub async fn verdict(
     settings: &Settings,
     topology: &Topology,
     seen: &HashMap<(String, String), EdgeSeen>,
+    erased: &[String],
 ) -> Result<Verdict> {
     let ks = &settings.cql.keyspace;
     let (edges, counts) = edges_and_counts(session, ks).await?;
@@ -133,7 +137,15 @@ pub async fn verdict(
         .await?
         .all_states()
         .await?;
+    v.erased_likes_left = states
+        .iter()
+        .filter(|((_, user), liked)| **liked && erased.contains(user))
+        .count();
     for ((item, user), s) in seen {
+        if erased.contains(user) {
+            // Taken back on purpose; the line above judges them.
+            continue;
+        }
         let liked = states.get(&(item.clone(), user.clone())) == Some(&true);
         if s.like_acked && !s.unlike_sent {
             v.acked_likes += 1;

@@ -29,6 +29,14 @@ pub enum Fault {
     /// Two `likes reconcile` runs at once (the nightly CronJob and an operator by hand):
     /// their corrections must never add up to a double correction.
     ReconcileTwice,
+    /// kill -9 of count, then every process's window length changed to `to_ms` (`likes
+    /// migrate --accept-window-change`): windows the killed process applied but never
+    /// committed are read again on another grid, and must not count twice.
+    WindowChange { to_ms: u64 },
+    /// `likes erase --user` of the user with the most acknowledged likes, while the load
+    /// goes on: every like of theirs is taken back through the pipeline, their later writes
+    /// are refused, and no like of theirs is left.
+    Erase,
 }
 
 /// A fault and when it strikes, seconds into the load.
@@ -42,9 +50,9 @@ pub struct Planned {
     pub outcome: Option<String>,
 }
 
-/// The schedule of a seed: one broker and one Cassandra kill and two reconcile runs at once
-/// always, then `extra` more of any
-/// kind, at times spread over the middle of the load (10%..80%), in time order.
+/// The schedule of a seed: one broker and one Cassandra kill, two reconcile runs at once, a
+/// window change (1 s to 1.5 s, which straddles the old grid) and an erasure always, then `extra` more
+/// of any kind, at times spread over the middle of the load (10%..80%), in time order.
 pub fn schedule(seed: u64, seconds: f64, extra: usize) -> Vec<Planned> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut faults = vec![
@@ -55,6 +63,8 @@ pub fn schedule(seed: u64, seconds: f64, extra: usize) -> Vec<Planned> {
             down_s: rng.random_range(3..=12),
         },
         Fault::ReconcileTwice,
+        Fault::WindowChange { to_ms: 1500 },
+        Fault::Erase,
     ];
     for _ in 0..extra {
         faults.push(match rng.random_range(0..11) {
@@ -216,6 +226,11 @@ impl Fleet {
         }
     }
 
+    /// Sets a variable of every process's environment from its next start on.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        set_var(&mut self.env, key, value);
+    }
+
     /// Lets the held processes of `command` start again (at the next tick).
     pub fn release(&mut self, command: &str) {
         for s in self.procs.iter_mut().filter(|s| s.command == command) {
@@ -268,6 +283,12 @@ impl Drop for Fleet {
             }
         }
     }
+}
+
+/// Sets `key` in `env`, replacing an earlier value.
+pub fn set_var(env: &mut Vec<(String, String)>, key: &str, value: &str) {
+    env.retain(|(k, _)| k != key);
+    env.push((key.to_string(), value.to_string()));
 }
 
 fn schedule_restart(s: &mut Supervised, now: Instant) {
@@ -348,7 +369,9 @@ mod tests {
                 .map(|p| (p.at_s, p.fault.clone()))
                 .collect::<Vec<_>>()
         );
-        assert_eq!(a.len(), 7);
+        assert_eq!(a.len(), 9);
+        assert!(a.iter().any(|p| matches!(p.fault, Fault::Erase)));
+        assert!(a.iter().any(|p| matches!(p.fault, Fault::WindowChange { .. })));
         assert!(a.iter().any(|p| matches!(p.fault, Fault::ReconcileTwice)));
         assert!(a.iter().any(|p| matches!(p.fault, Fault::Broker { .. })));
         assert!(a.iter().any(|p| matches!(p.fault, Fault::Cassandra { .. })));

@@ -246,7 +246,7 @@ async fn run_one(
     };
     let mut strikes = Strikes {
         settings: &settings,
-        topology,
+        topology: topology.clone(),
         session: &session,
         dir: &dir,
         stack_dir: &stack_dir,
@@ -257,12 +257,19 @@ async fn run_one(
         max_drift: 0,
         down_until: None,
         replaying: None,
-        env: &env,
+        env: env.clone(),
         jobs: Vec::new(),
+        live: live.clone(),
+        erased: Vec::new(),
     };
     strikes.run(&plan, &load, started).await?;
     let jobs = std::mem::take(&mut strikes.jobs);
-    let (mut struck, max_drift) = (strikes.struck, strikes.max_drift);
+    let (mut struck, max_drift, env, erased) = (
+        strikes.struck,
+        strikes.max_drift,
+        strikes.env,
+        strikes.erased,
+    );
     if interrupted.is_cancelled() {
         say("chaos: interrupted; stopping the load and the run's processes");
         load.abort();
@@ -309,7 +316,7 @@ async fn run_one(
         .as_ref()
         .map(|e| e.lock().unwrap().clone())
         .unwrap_or_default();
-    let verdict = check::verdict(&session, &settings, topology, &seen).await?;
+    let verdict = check::verdict(&session, &settings, topology, &seen, &erased).await?;
     fleet.stop();
     let passed = verdict.passed();
     let processes = fleet
@@ -465,7 +472,8 @@ type Replaying = (
 /// killed before it is back and a replay before it is done.
 struct Strikes<'a> {
     settings: &'a Settings,
-    topology: &'a Topology,
+    /// The topology the run's processes start with (a window change changes it).
+    topology: Topology,
     session: &'a Arc<scylla::client::session::Session>,
     dir: &'a std::path::Path,
     stack_dir: &'a std::path::Path,
@@ -479,10 +487,15 @@ struct Strikes<'a> {
     /// A killed dependency comes back at this time.
     down_until: Option<Instant>,
     replaying: Option<Replaying>,
-    /// The processes' environment (for the operations jobs a fault starts).
-    env: &'a [(String, String)],
+    /// The processes' environment (for the operations jobs a fault starts; a window change
+    /// changes it).
+    env: Vec<(String, String)>,
     /// Operations jobs started by faults, with the time they struck: waited for after the load.
     jobs: Vec<(f64, crate::procs::Proc)>,
+    /// What the load's client knows of each edge (an erasure picks its user from it).
+    live: Arc<Live>,
+    /// Users erased by a fault: their acknowledged likes were taken back on purpose.
+    erased: Vec<String>,
 }
 
 impl Strikes<'_> {
@@ -551,7 +564,7 @@ impl Strikes<'_> {
             Fault::ReconcileTwice => {
                 // The nightly CronJob and an operator by hand, at once, while faults strike.
                 let at = self.struck.last().map_or(0.0, |p| p.at_s);
-                let mut env = self.env.to_vec();
+                let mut env = self.env.clone();
                 env.push(("LIKES__OPS__WAIT_TIMEOUT".into(), "120s".into()));
                 for (name, reason) in [("reconcile-a", "chaos-a"), ("reconcile-b", "chaos-b")] {
                     let job = crate::procs::spawn_job(
@@ -562,6 +575,33 @@ impl Strikes<'_> {
                     )?;
                     self.jobs.push((at, job));
                 }
+            }
+            Fault::WindowChange { to_ms } => {
+                self.fleet.kill9("count");
+                self.fleet.hold("count");
+                let outcome = self.change_window(*to_ms);
+                say(&format!("  window change: {outcome}"));
+                if let Some(last) = self.struck.last_mut() {
+                    last.outcome = Some(outcome);
+                }
+                self.fleet.release("count");
+            }
+            Fault::Erase => {
+                let at = self.struck.last().map_or(0.0, |p| p.at_s);
+                let Some(user) = self.most_liked_user() else {
+                    if let Some(last) = self.struck.last_mut() {
+                        last.outcome = Some("no acknowledged like yet: nobody to erase".into());
+                    }
+                    return Ok(());
+                };
+                say(&format!("  erasing {user}"));
+                let job =
+                    crate::procs::spawn_job(&["erase", "--user", &user], "erase", self.dir, &self.env)?;
+                self.jobs.push((at, job));
+                if let Some(last) = self.struck.last_mut() {
+                    last.outcome = Some(format!("user {user}"));
+                }
+                self.erased.push(user);
             }
             Fault::Replay { stage, back_s } => {
                 self.fleet.hold(stage);
@@ -579,6 +619,69 @@ impl Strikes<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The user with the most acknowledged likes so far (the first in name order of a tie).
+    fn most_liked_user(&self) -> Option<String> {
+        let edges = self.live.edges.as_ref()?.lock().unwrap();
+        let mut per_user: std::collections::BTreeMap<&str, usize> = Default::default();
+        for ((_, user), s) in edges.iter() {
+            if s.like_acked && !self.erased.iter().any(|e| e == user) {
+                *per_user.entry(user.as_str()).or_default() += 1;
+            }
+        }
+        let most = per_user.values().copied().max()?;
+        let user = per_user
+            .into_iter()
+            .find(|(_, n)| *n == most)
+            .map(|(u, _)| u.to_string());
+        user
+    }
+
+    /// Records a new window length and points every process started from now on at it
+    /// (the running ones checked the old length at their start and go on with it); says
+    /// what came of it. A refused migrate leaves the old length everywhere.
+    fn change_window(&mut self, to_ms: u64) -> String {
+        let from_ms = self.topology.window.as_millis();
+        let t = match self
+            .topology
+            .clone()
+            .with_window(Duration::from_millis(to_ms))
+        {
+            Ok(t) => t,
+            Err(e) => return format!("refused: {e}"),
+        };
+        let path = self.dir.join(format!("topology-{to_ms}.toml"));
+        let written = toml::to_string(&t)
+            .map_err(|e| e.to_string())
+            .and_then(|text| std::fs::write(&path, text).map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            return format!("failed: {}: {e}", path.display());
+        }
+        let mut env = self.env.clone();
+        faults::set_var(&mut env, "LIKES__TOPOLOGY__PATH", &path.display().to_string());
+        let migrated = crate::procs::likes_bin().and_then(|bin| {
+            std::process::Command::new(bin)
+                .args(["migrate", "--accept-window-change"])
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .output()
+                .map_err(|e| anyhow!(format!("likes migrate: {e}")))
+        });
+        match migrated {
+            Ok(out) if out.status.success() => {
+                self.topology = t;
+                self.fleet
+                    .set_env("LIKES__TOPOLOGY__PATH", &path.display().to_string());
+                self.env = env;
+                format!("{from_ms} ms → {to_ms} ms")
+            }
+            Ok(out) => format!(
+                "migrate failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(e) => format!("migrate failed: {e}"),
+        }
     }
 
     /// A replay finished: its outcome noted, its stage released.
