@@ -235,10 +235,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         anyhow::bail!("--user must be 1-128 characters of A-Z a-z 0-9 _ - :");
                     }
                 }
-                let app = likes::api::App::connect_job(&settings, &topology).await?;
-                out(&likes::ops::erase::run(&app, user.as_deref())
-                    .await?
-                    .to_string());
+                // Resumes at its checkpoint each time (chaos: an erase died on a Cassandra
+                // kill mid-walk and left the user's likes standing).
+                let report = likes::ops::retrying("erase", settings.ops.wait_timeout, || async {
+                    let app = likes::api::App::connect_job(&settings, &topology).await?;
+                    likes::ops::erase::run(&app, user.as_deref()).await
+                })
+                .await?;
+                out(&report.to_string());
             }
             Command::Drift {
                 scope,

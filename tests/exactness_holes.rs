@@ -478,6 +478,7 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
         offset: Some(10),
         emitted: None,
         token: None,
+        was: None,
     };
     let (r, _) =
         tokio::task::block_in_place(|| recover_partition(&settings, &changelog, &store, 3, &blind))
@@ -497,6 +498,7 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
         offset: Some(10),
         emitted: Some(10),
         token: Some("previous-owner".into()),
+        was: None,
     };
     let (r, mark) =
         tokio::task::block_in_place(|| recover_partition(&settings, &changelog, &store, 3, &known))

@@ -128,7 +128,10 @@ async fn a_window_change_after_a_crash_before_the_commit_applies_nothing_twice()
         }
         fx::nonzero(&want)
     };
-    let armed = ("FAILPOINTS", "count-after-sink-before-commit=panic".to_string());
+    let armed = (
+        "FAILPOINTS",
+        "count-after-sink-before-commit=panic".to_string(),
+    );
     dedupe.start();
 
     // A: 250 ms windows, killed after its first write, before any commit.
@@ -200,4 +203,62 @@ async fn wait_until(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Issue 23, item 5: a restore killed midway resumes where it stopped instead of at offset
+/// 0, and the state it ends with is whole: every event produced again afterwards is a
+/// duplicate, and the counts do not move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_killed_midway_resumes_where_it_stopped() {
+    let procs::Harness {
+        settings,
+        topology,
+        dir,
+        audit,
+        mut dedupe,
+        mut count,
+        ..
+    } = procs::harness("restoreresume").await;
+    // The restore records its position in each batch and when a partition reaches its end;
+    // the fail point stops it after the first such write.
+    let script = fx::script(7, 20, 60, 4);
+    let want = fx::nonzero(&script.truth);
+    dedupe.start();
+    count.start();
+    fx::produce(&settings, &topology, &script.records).await;
+    let have = wait_until(&mut dedupe, &mut count, &settings, &want).await;
+    assert_eq!(have, want);
+    dedupe.stop();
+
+    // A new disk, and a restore killed after its first write.
+    std::fs::remove_dir_all(&settings.dedupe.state_dir).unwrap();
+    dedupe.start_with(&[("FAILPOINTS", "dedupe-restore-after-batch=return")]);
+    assert!(
+        dedupe.wait_exit(Duration::from_secs(120)),
+        "the restore never reached its first batch; log:\n{}",
+        dedupe.tail()
+    );
+    dedupe.start();
+    fx::produce(&settings, &topology, &script.records).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let have = wait_until(&mut dedupe, &mut count, &settings, &want).await;
+    assert_eq!(
+        have, want,
+        "after the resumed restore every event is a duplicate: the counts must not move"
+    );
+    dedupe.stop();
+    count.stop();
+    let log = std::fs::read_to_string(dir.join("dedupe.log")).unwrap();
+    let last_start = log.rfind("dedupe started").unwrap_or(0);
+    let resumed = log[last_start..]
+        .lines()
+        .filter(|l| l.contains("restoring from the changelog") && l.contains("start=Offset("))
+        .count();
+    assert!(
+        resumed > 0,
+        "the second restore must resume at the first one's position:\n{}",
+        &log[last_start..]
+    );
+    procs::assert_audit(&audit, &want);
+    fx::teardown(&settings, &topology).await;
 }

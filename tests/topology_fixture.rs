@@ -202,5 +202,11 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         records.len(),
         "each was below the emitted-up-to offset: {d3:?}"
     );
+    // Issue 23, item 5: the reset rewound the input, never the history, and the local state
+    // was exactly the changelog at the old position: nothing to rebuild.
+    assert_eq!(
+        d3.restores, 0,
+        "a replay over exact local state must not rebuild it: {d3:?}"
+    );
     fx::teardown(&settings, &topology).await;
 }

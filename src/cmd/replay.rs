@@ -15,7 +15,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::info;
 
 use crate::config::Settings;
-use crate::dedupe::recovery::{offset_metadata, Committed};
+use crate::dedupe::recovery::{reset_metadata, Committed};
 use crate::error::{Error, Result};
 use crate::kafka;
 use crate::runtime::clock::now_ms;
@@ -132,7 +132,14 @@ pub fn run(
             };
             let was = Committed::parse(at, old.as_ref().map_or("", |e| e.metadata()));
             let emitted = was.emitted.unwrap_or(0).max(at.unwrap_or(0));
-            offset_metadata(emitted, &token)
+            // The transaction whose state the history ends with: the old position's, or,
+            // when that was itself a reset nothing has committed after, the one it named.
+            let history = match (&was.token, &was.was) {
+                (Some(t), Some(w)) if t.starts_with("reset-") => Some(w.as_str()),
+                (Some(t), _) if !t.starts_with("reset-") => Some(t.as_str()),
+                _ => None,
+            };
+            reset_metadata(emitted, &token, history)
         };
         if let Some(mut e) = tpl.find_partition(&topic, p) {
             e.set_metadata(metadata);

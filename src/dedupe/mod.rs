@@ -60,6 +60,9 @@ pub struct DedupeStats {
     pub offset_resets: u64,
     /// Commit calls that returned with the outcome unknown and were resumed.
     pub commits_resumed: u64,
+    /// Partitions whose state was rebuilt from the changelog when assigned (local state
+    /// not known to be exact).
+    pub restores: u64,
 }
 
 /// One stage-1 worker.
@@ -330,6 +333,7 @@ impl Dedupe {
             &self.health,
         )? {
             info!(partition = p, recovery = ?r, emitted_up_to = mark.emitted, "partition ready");
+            self.stats.restores += u64::from(matches!(r, recovery::Recovery::Restored(_)));
             self.marks.insert(p, mark);
         }
         Ok(())

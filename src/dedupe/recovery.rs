@@ -49,11 +49,24 @@ pub struct Committed {
     pub emitted: Option<i64>,
     /// The transaction that committed it (None: not a stage-1 commit).
     pub token: Option<String>,
+    /// Set by `likes replay`: the transaction that committed the position the reset moved
+    /// away from. A local state written by that transaction is exactly the changelog's
+    /// history, which a reset never rewinds.
+    pub was: Option<String>,
 }
 
 /// The metadata stage 1 commits with each input offset.
 pub fn offset_metadata(emitted: i64, token: &str) -> String {
     format!("emitted={emitted};txn={token}")
+}
+
+/// The metadata `likes replay` commits: [`offset_metadata`] with its own token, and the
+/// transaction whose position it moved away from (`was=`), if any.
+pub fn reset_metadata(emitted: i64, token: &str, was: Option<&str>) -> String {
+    match was {
+        Some(w) => format!("emitted={emitted};txn={token};was={w}"),
+        None => offset_metadata(emitted, token),
+    }
 }
 
 impl Committed {
@@ -67,6 +80,7 @@ impl Committed {
             match part.split_once('=') {
                 Some(("emitted", v)) => c.emitted = v.parse().ok(),
                 Some(("txn", v)) if !v.is_empty() => c.token = Some(v.to_string()),
+                Some(("was", v)) if !v.is_empty() => c.was = Some(v.to_string()),
                 _ => {}
             }
         }
@@ -118,6 +132,19 @@ pub fn recover_partitions(
                 };
                 out.push((*p, Recovery::UpToDate, mark));
             }
+            // A replay reset moved the position away from the transaction the local state
+            // holds: the input rewinds, the history does not, so the state stays exact
+            // (issue 23, item 5: a reset no longer forces a full rebuild).
+            (Some(l), Some(token)) if committed.was.as_ref() == Some(&l.token) => {
+                let mark = PartitionMark {
+                    offset: at,
+                    emitted: l.emitted.max(committed.emitted.unwrap_or(0)),
+                    token: token.clone(),
+                };
+                store.commit([], [(*p, &mark)])?;
+                info!(partition = p, local = ?l, committed = at, "local state kept across a replay reset");
+                out.push((*p, Recovery::UpToDate, mark));
+            }
             _ => rebuild.push((*p, committed, local)),
         }
     }
@@ -147,15 +174,20 @@ pub fn recover_partitions(
 struct Progress {
     restored: u64,
     marker: Option<i64>,
+    /// The next changelog offset to merge (None: nothing read yet in this restore).
+    next: Option<i64>,
     want: Option<i64>,
     at_end_since: Option<Instant>,
     done: bool,
 }
 
-/// Reads the partitions' changelog from the start into the store; returns per partition the
-/// records read and the highest emitted-up-to marker seen. A partition is read past its first
-/// end until a marker of at least its wanted offset is in (bounded: a transaction still open
-/// on the changelog resolves within the transaction timeout).
+/// Reads the partitions' changelog into the store, from where an earlier restore of this
+/// store got to (its position is written with the records it covers, and made durable every
+/// [`FLUSH_EVERY`] records: a restore killed midway resumes there instead of at offset 0);
+/// returns per partition the records read and the highest emitted-up-to marker seen. A
+/// partition is read past its first end until a marker of at least its wanted offset is in
+/// (bounded: a transaction still open on the changelog resolves within the transaction
+/// timeout).
 fn restore_from_changelog(
     settings: &Settings,
     topic: &str,
@@ -185,16 +217,44 @@ fn restore_from_changelog(
     let mut tpl = TopicPartitionList::new();
     for &(p, want) in wants {
         let (low, high) = probe.fetch_watermarks(topic, p, timeout)?;
-        // An empty partition holds no records and no open transaction either.
-        let done = high <= low;
+        let mut from = store.restored(p)?;
+        if from.is_some_and(|r| r.next > high) {
+            // Past this changelog's end: the position is of a topic since recreated.
+            warn!(
+                partition = p,
+                ?from,
+                high,
+                "restore position past the changelog's end; restoring from its start"
+            );
+            store.forget_restored(p)?;
+            from = None;
+        }
+        let marker = from.and_then(|r| r.marker);
+        // An empty partition holds no records and no open transaction either; one merged up
+        // to its end with the wanted marker in has nothing left to give.
+        let merged = from.is_some_and(|r| r.next >= high)
+            && want.is_none_or(|w| marker.is_some_and(|m| m >= w));
+        let done = high <= low || merged;
         if !done {
-            tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+            let start = match from {
+                Some(r) if r.next > low => Offset::Offset(r.next),
+                _ => Offset::Beginning,
+            };
+            info!(
+                partition = p,
+                ?start,
+                low,
+                high,
+                "restoring from the changelog"
+            );
+            tpl.add_partition_offset(topic, p, start)?;
         }
         progress.insert(
             p,
             Progress {
                 want,
                 done,
+                marker,
                 ..Default::default()
             },
         );
@@ -204,6 +264,7 @@ fn restore_from_changelog(
     }
 
     let mut batch = WriteBatch::default();
+    let mut unflushed = 0u64;
     // The bound is on a stall, not on the restore: a changelog of millions of records takes
     // as long as it takes while records keep coming.
     let limit = timeout.max(Duration::from_secs(60)) * 10;
@@ -249,6 +310,8 @@ fn restore_from_changelog(
                 if let Some(pr) = progress.get_mut(&p) {
                     pr.at_end_since.get_or_insert_with(Instant::now);
                 }
+                // A partition read to its end: its position is worth recording now.
+                write_batch(store, &mut batch, &progress, &mut unflushed)?;
             }
             Some(Err(e)) => {
                 // A broker restarting mid-restore: the deadline bounds the wait.
@@ -265,6 +328,7 @@ fn restore_from_changelog(
                 let Some(pr) = progress.get_mut(&m.partition()) else {
                     continue;
                 };
+                pr.next = Some(m.offset() + 1);
                 match (m.key(), m.payload()) {
                     (Some(EMITTED_KEY), Some(v)) => {
                         if let Ok(b) = <[u8; 8]>::try_from(v) {
@@ -281,16 +345,60 @@ fn restore_from_changelog(
                     _ => {}
                 }
                 if batch.len() >= 10_000 {
-                    store.write(std::mem::take(&mut batch))?;
+                    write_batch(store, &mut batch, &progress, &mut unflushed)?;
                 }
             }
         }
     }
+    checkpoint(store, &mut batch, &progress);
     store.write(batch)?;
     Ok(progress
         .into_iter()
         .map(|(p, pr)| (p, (pr.restored, pr.marker)))
         .collect())
+}
+
+/// Records merged between two flushes of a restore: a kill loses at most this many.
+const FLUSH_EVERY: u64 = 500_000;
+
+/// Writes the records merged so far with each partition's position, flushing every
+/// [`FLUSH_EVERY`] records: the state is written without a WAL, and only a flush makes the
+/// position (and the records it covers) survive a kill.
+fn write_batch(
+    store: &EdgeStore,
+    batch: &mut WriteBatch,
+    progress: &HashMap<i32, Progress>,
+    unflushed: &mut u64,
+) -> Result<()> {
+    *unflushed += batch.len() as u64;
+    checkpoint(store, batch, progress);
+    store.write(std::mem::take(batch))?;
+    if *unflushed >= FLUSH_EVERY {
+        store.flush()?;
+        *unflushed = 0;
+    }
+    // Fault-test hook: a kill right after a flush, midway through.
+    fail::fail_point!("dedupe-restore-after-batch", |_| {
+        store.flush()?;
+        Err(Error::Injected("dedupe-restore-after-batch"))
+    });
+    Ok(())
+}
+
+/// Adds each partition's restore position to the batch holding the records before it.
+fn checkpoint(store: &EdgeStore, batch: &mut WriteBatch, progress: &HashMap<i32, Progress>) {
+    for (&p, pr) in progress {
+        if let Some(next) = pr.next {
+            store.put_restored(
+                batch,
+                p,
+                super::state::Restored {
+                    next,
+                    marker: pr.marker,
+                },
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -306,5 +414,10 @@ mod tests {
         assert_eq!((outside.emitted, outside.token), (None, None));
         let old = Committed::parse(Some(3), "clock=5");
         assert_eq!((old.emitted, old.token), (None, None));
+        let reset = Committed::parse(Some(0), &reset_metadata(42, "reset-1", Some("abc")));
+        assert_eq!(
+            (reset.emitted, reset.token.as_deref(), reset.was.as_deref()),
+            (Some(42), Some("reset-1"), Some("abc"))
+        );
     }
 }

@@ -9,7 +9,8 @@
 //! instance owning the partition meanwhile, a reset) it is rebuilt from the changelog topic,
 //! which the same transactions wrote. See `super::recovery`.
 //!
-//! Keys: `e<item>\0<user>` for edges, `o<partition:i32 BE>` for partition marks. Edges expire
+//! Keys: `e<item>\0<user>` for edges, `o<partition:i32 BE>` for partition marks,
+//! `r<partition:i32 BE>` for how far its changelog has been merged in. Edges expire
 //! `horizon` after their event time: filtered on read, removed by a compaction filter.
 
 use std::path::Path;
@@ -38,6 +39,19 @@ pub fn edge_key(item_id: &str, user_id: &str) -> Vec<u8> {
 fn offset_key(partition: i32) -> [u8; 5] {
     let p = partition.to_be_bytes();
     [b'o', p[0], p[1], p[2], p[3]]
+}
+
+fn restored_key(partition: i32) -> [u8; 5] {
+    let p = partition.to_be_bytes();
+    [b'r', p[0], p[1], p[2], p[3]]
+}
+
+/// How far a partition's changelog has been merged into this store: the next changelog
+/// offset to read, and the highest emitted-up-to marker among the records before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    pub next: i64,
+    pub marker: Option<i64>,
 }
 
 /// The key of a partition's emitted-up-to marker on the changelog topic (edge keys start
@@ -202,6 +216,34 @@ impl EdgeStore {
             _ => batch.put(key, encode_version(v)),
         }
         Ok(())
+    }
+
+    /// Where a restore of `partition` may resume: the store holds the merge of every
+    /// changelog record before `next` (the merge keeps the highest op_id, so merging the
+    /// records from `next` on gives what merging them all would).
+    pub fn restored(&self, partition: i32) -> Result<Option<Restored>> {
+        let v = self.db.get(restored_key(partition)).map_err(Error::from)?;
+        Ok(v.and_then(|b| {
+            let next = i64::from_be_bytes(b.get(..8)?.try_into().ok()?);
+            let marker = i64::from_be_bytes(b.get(8..16)?.try_into().ok()?);
+            Some(Restored {
+                next,
+                marker: (marker >= 0).then_some(marker),
+            })
+        }))
+    }
+
+    /// Adds a restore position to a batch of [`Self::merge_restored`] records (written with
+    /// them, atomically).
+    pub fn put_restored(&self, batch: &mut WriteBatch, partition: i32, r: Restored) {
+        let mut v = r.next.to_be_bytes().to_vec();
+        v.extend_from_slice(&r.marker.unwrap_or(-1).to_be_bytes());
+        batch.put(restored_key(partition), v);
+    }
+
+    /// Forgets a restore position (the changelog it named is not this one).
+    pub fn forget_restored(&self, partition: i32) -> Result<()> {
+        self.db.delete(restored_key(partition)).map_err(Error::from)
     }
 
     /// Writes a batch built by [`Self::merge_restored`].

@@ -71,6 +71,8 @@ enum BenchCommand {
     Report(bench::report::ReportArgs),
     /// Events through dedupe + count + sink vs a plain consumer; staleness; peak RSS.
     Topology(bench::topology::BenchArgs),
+    /// Stage 1's restore of a changelog of --records (10M) vs a bare read of it.
+    Restore(bench::restore::RestoreArgs),
 }
 
 /// The folder of `make up`'s data, logs and pid files, found as stack/stack.sh finds it.
@@ -121,6 +123,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } => {
                 args.check()?;
                 out(&bench::api::run(&settings, &topology, &args)
+                    .await?
+                    .to_string());
+            }
+            Command::Bench {
+                what: BenchCommand::Restore(args),
+            } => {
+                out(&bench::restore::run(&settings, &topology, &args)
                     .await?
                     .to_string());
             }

@@ -3,6 +3,7 @@
 //! - [`topology`]: events through both stages against the fastest plain consumer of the same
 //!   topic and a Kafka Streams exactly-once peer of the same topology ([`peer`]).
 //! - [`api`]: the API over loopback against the write path in process and a bare LWT.
+//! - [`restore`]: stage 1's restore of a large changelog against a bare read of it.
 //! - [`report`]: all of them plus a sweep of offered load, written to `bench/report.md`
 //!   with [`plots`].
 
@@ -12,6 +13,7 @@ pub mod peer;
 mod plots;
 pub mod recovery;
 pub mod report;
+pub mod restore;
 pub mod scrape;
 pub mod stats;
 pub mod topology;

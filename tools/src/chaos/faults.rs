@@ -371,7 +371,9 @@ mod tests {
         );
         assert_eq!(a.len(), 9);
         assert!(a.iter().any(|p| matches!(p.fault, Fault::Erase)));
-        assert!(a.iter().any(|p| matches!(p.fault, Fault::WindowChange { .. })));
+        assert!(a
+            .iter()
+            .any(|p| matches!(p.fault, Fault::WindowChange { .. })));
         assert!(a.iter().any(|p| matches!(p.fault, Fault::ReconcileTwice)));
         assert!(a.iter().any(|p| matches!(p.fault, Fault::Broker { .. })));
         assert!(a.iter().any(|p| matches!(p.fault, Fault::Cassandra { .. })));

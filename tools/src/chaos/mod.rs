@@ -124,7 +124,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &ChaosArgs) -> Resu
         say(&format!("chaos: run {}/{} (seed {seed})", k + 1, args.runs));
         let r = run_one(base, topology, args, seed, &interrupted).await?;
         say(&format!(
-            "chaos: seed {seed} (horizon {} s): {} — {} requests ({} ok), {} faults, drift {} items ({} likes), acknowledged likes lost {} of {}, unlikes lost {} of {}, drained {}",
+            "chaos: seed {seed} (horizon {} s): {} — {} requests ({} ok), {} faults, drift {} items ({} likes), acknowledged likes lost {} of {}, unlikes lost {} of {}, likes of erased users left {}, drained {}",
             r.horizon_s,
             if r.passed { "PASS" } else { "FAIL" },
             r.requests_sent,
@@ -136,6 +136,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &ChaosArgs) -> Resu
             r.verdict.acked_likes,
             r.verdict.acked_unlikes_lost,
             r.verdict.acked_unlikes,
+            r.verdict.erased_likes_left,
             r.drained_after_s.map_or("never".into(), |s| format!("after {s:.0} s")),
         ));
         reports.push(r);
@@ -595,8 +596,12 @@ impl Strikes<'_> {
                     return Ok(());
                 };
                 say(&format!("  erasing {user}"));
-                let job =
-                    crate::procs::spawn_job(&["erase", "--user", &user], "erase", self.dir, &self.env)?;
+                let job = crate::procs::spawn_job(
+                    &["erase", "--user", &user],
+                    "erase",
+                    self.dir,
+                    &self.env,
+                )?;
                 self.jobs.push((at, job));
                 if let Some(last) = self.struck.last_mut() {
                     last.outcome = Some(format!("user {user}"));
@@ -624,18 +629,17 @@ impl Strikes<'_> {
     /// The user with the most acknowledged likes so far (the first in name order of a tie).
     fn most_liked_user(&self) -> Option<String> {
         let edges = self.live.edges.as_ref()?.lock().unwrap();
-        let mut per_user: std::collections::BTreeMap<&str, usize> = Default::default();
+        let mut per_user: std::collections::BTreeMap<String, usize> = Default::default();
         for ((_, user), s) in edges.iter() {
-            if s.like_acked && !self.erased.iter().any(|e| e == user) {
-                *per_user.entry(user.as_str()).or_default() += 1;
+            if s.like_acked && !self.erased.contains(user) {
+                *per_user.entry(user.clone()).or_default() += 1;
             }
         }
         let most = per_user.values().copied().max()?;
-        let user = per_user
+        per_user
             .into_iter()
             .find(|(_, n)| *n == most)
-            .map(|(u, _)| u.to_string());
-        user
+            .map(|(u, _)| u)
     }
 
     /// Records a new window length and points every process started from now on at it
@@ -659,7 +663,11 @@ impl Strikes<'_> {
             return format!("failed: {}: {e}", path.display());
         }
         let mut env = self.env.clone();
-        faults::set_var(&mut env, "LIKES__TOPOLOGY__PATH", &path.display().to_string());
+        faults::set_var(
+            &mut env,
+            "LIKES__TOPOLOGY__PATH",
+            &path.display().to_string(),
+        );
         let migrated = crate::procs::likes_bin().and_then(|bin| {
             std::process::Command::new(bin)
                 .args(["migrate", "--accept-window-change"])
