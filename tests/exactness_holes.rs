@@ -513,3 +513,35 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
     assert_eq!(store.get(&key, now_ms()).unwrap(), Some(version));
     fx::teardown(&settings, &topology).await;
 }
+
+/// The API, the relay and `likes erase` place edges and never cut windows: a window change
+/// recorded while they run or retry is not theirs to refuse (chaos seed 2: an erase
+/// retrying across a Cassandra outage could not reconnect after one, and left its user's
+/// likes). Stage 2 and the operations jobs' cut still refuse a length not on record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_change_refuses_only_the_processes_that_cut_windows() {
+    let mut settings = fx::settings("windowcheck");
+    settings.api.session_key = "windowcheck-session-key-0123456789abcdef".into();
+    let topology = Topology::load(None).unwrap();
+    fx::setup(&settings, &topology).await;
+    let ks = settings.cql.keyspace.clone();
+    let session = likes::cql::connect(&settings.cql).await.unwrap();
+    let longer = topology
+        .clone()
+        .with_window(Duration::from_millis(1500))
+        .unwrap();
+    likes::cql::recorded::record(&session, &ks, &longer, true)
+        .await
+        .unwrap();
+    let refused = likes::cql::recorded::check(&session, &ks, &topology)
+        .await
+        .expect_err("stage 2 must refuse a window other than the recorded one");
+    assert!(refused.to_string().contains("1500"), "{refused}");
+    likes::api::App::connect(&settings, &topology)
+        .await
+        .expect("the API (and the erase job, through it) starts with the old window");
+    likes::relay::Relay::connect(&settings, &topology)
+        .await
+        .expect("the relay starts with the old window");
+    fx::teardown(&settings, &topology).await;
+}
