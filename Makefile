@@ -13,7 +13,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: image k8s-check k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
+.PHONY: demo-prereqs image k8s-check k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -69,7 +69,12 @@ bench-topology: up ## The topology against Kafka Streams EOS and a plain consume
 
 # A failed demo stops the stack if it was this demo that started it (and says so); a stack
 # that was up before stays up.
-demo: build ## The main job: api + relay + both stages under load, a viral burst, kill -9 of count, the verdict
+# Everything the demo needs, checked before its ~20 min first build: without Java it would
+# build and then fail at the stack.
+demo-prereqs:
+	@stack/prereqs.sh stack build
+
+demo: demo-prereqs build ## The main job: api + relay + both stages under load, a viral burst, kill -9 of count, the verdict
 	@if stack/stack.sh running; then was_up=yes; else was_up=no; fi; \
 	stack/stack.sh up && $(TOOLS) demo; status=$$?; \
 	if [ $$status -ne 0 ]; then \

@@ -7,17 +7,16 @@ use clap::{Parser, Subcommand};
 use likes::runtime::{out, Boot};
 use likes::{cmd, cql};
 
-/// An exact like counter: a Kafka-native stream application.
-///
-/// Configuration: embedded defaults, then --config FILE, then LIKES__SECTION__KEY environment
-/// variables (for example LIKES__CQL__KEYSPACE=likes_dev). See README.md.
-
 // jemalloc for every allocation in the process, librdkafka's and RocksDB's included (the
 // unprefixed symbols replace malloc): stage 1 churns millions of small records a minute,
 // and under jemalloc it ran 15% faster than under glibc's malloc (bench topology, 3M events).
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// An exact like counter: a Kafka-native stream application.
+///
+/// Configuration: embedded defaults, then --config FILE, then LIKES__SECTION__KEY environment
+/// variables (for example LIKES__CQL__KEYSPACE=likes_dev). See README.md.
 #[derive(Parser)]
 #[command(name = "likes", version, about, long_about)]
 struct Cli {
@@ -330,4 +329,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// The doc comment once sat above the allocator static and `--help` lost it (issue 24).
+    #[test]
+    fn the_help_says_how_configuration_is_layered() {
+        let help = super::Cli::command().render_long_help().to_string();
+        assert!(help.contains("LIKES__SECTION__KEY"), "{help}");
+    }
 }
