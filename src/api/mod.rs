@@ -1,5 +1,5 @@
 //! `likes api`: the HTTP front door (axum). Writes go through the three layers of
-//! idempotency of DESIGN.md and publish a LikeEvent; reads serve counts and button states.
+//! idempotency of docs/design.md and publish a LikeEvent; reads serve counts and button states.
 //!
 //! - [`write`]: like / unlike: request-key claim, outbox, the edge's compare-and-set flip,
 //!   the event, the stored answer.

@@ -1,4 +1,4 @@
-//! Request keys as the edge row remembers them (DESIGN.md, "One Paxos round per write"):
+//! Request keys as the edge row remembers them (docs/design.md, "One Paxos round per write"):
 //! `recent_keys map<int, text>`, a ring of [`KEPT`] slots, each holding one request's key,
 //! operation and answer. A new request takes a slot by overwriting it, never by deleting:
 //! a deleted map entry is a tombstone that every read of the row would scan until

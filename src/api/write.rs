@@ -1,4 +1,4 @@
-//! Like and unlike: DESIGN.md's three layers of write idempotency, in one Paxos round
+//! Like and unlike: docs/design.md's three layers of write idempotency, in one Paxos round
 //! ("One Paxos round per write"), and its outbox.
 //!
 //! 1. The row: one row per (item, user).

@@ -1,4 +1,4 @@
-//! `likes migrate`: creates the keyspace and the tables of DESIGN.md. Idempotent: a second run
+//! `likes migrate`: creates the keyspace and the tables of docs/design.md. Idempotent: a second run
 //! changes nothing and says so. The one change it makes to an existing table is additive:
 //! a regular column this version added is added (`ALTER TABLE ... ADD`), which older
 //! processes ignore. It never drops: an existing table whose columns or key differ otherwise

@@ -1,4 +1,4 @@
-//! The sink: closed windows onto `like_counts` through the LWT fence (DESIGN.md, "The sink
+//! The sink: closed windows onto `like_counts` through the LWT fence (docs/design.md, "The
 //! fence"). The guarantee lives here, at the last write, so everything upstream may replay.
 //!
 //! Per item, one conditional write covers every pending window above the row's

@@ -18,8 +18,8 @@ use crate::error::Result;
 /// The serial consistency of every conditional write and SERIAL read, decided here once for
 /// every process: SERIAL (Paxos across all datacenters), never the driver's default
 /// LOCAL_SERIAL. Two LOCAL_SERIAL writers in two datacenters are not linearizable with each
-/// other, and multi-region moves rely on one row's fence being one Paxos group (DESIGN.md,
-/// "Multi-region"). No statement sets its own (a test holds the code to that).
+/// other, and multi-region moves rely on one row's fence being one Paxos group (docs/design.md,
+/// "Multi-region (planned)"). No statement sets its own (a test holds the code to that).
 pub const SERIAL_CONSISTENCY: SerialConsistency = SerialConsistency::Serial;
 
 /// The execution profile every session uses.

@@ -1,4 +1,4 @@
-//! The keyspace `likes` (DESIGN.md, "Data model"): one table spec per table, from which both
+//! The keyspace `likes` (docs/design.md, "Data model"): one table spec per table, from which both
 //! the DDL and the check of an existing table are derived, so the two cannot drift.
 
 use crate::config::{Replication, ReplicationClass};

@@ -20,7 +20,7 @@
 //!   the baseline is unknown. The rule then guesses "never liked" and says so
 //!   ([`Verdict::Apply::guessed`]); stage 1 turns every guess into a recount record that
 //!   `likes reconcile --dead-letters` drains, so a guess is never a silent +1.
-//!   (DESIGN.md's shorter rule, +1/-1 always, miscounts a reordered or superseded unlike
+//!   (the textbook rule, +1/-1 always, miscounts a reordered or superseded unlike
 //!   within the horizon by -1; a rule that looks only at op_id - 1 counts an expired like
 //!   twice when op_id - 1 was never published.)
 //! - nothing remembered and the flip itself older than the horizon: its state, if it was

@@ -1,5 +1,6 @@
-//! `likes erase`: account erasure (DESIGN.md: "walk `edges_by_user` and unlike each item
-//! through the normal write path, rate-limited; no special repair machinery").
+//! `likes erase`: account erasure (docs/design.md, "Corrections, erasure, replay": walk
+//! `edges_by_user` and unlike through the normal write path, rate-limited; no special
+//! repair machinery).
 //!
 //! 1. **Unlike.** Each LIKED edge of the user is unliked by the API's own write path, marked
 //!    `SOURCE_ERASURE`, under the request key `e:<erasure id>-<op_id>` (the operators'

@@ -1,4 +1,4 @@
-//! `likes rebuild`: the counter table re-derived from the edges (DESIGN.md, "Corrections,
+//! `likes rebuild`: the counter table re-derived from the edges (docs/design.md, "Corrections,
 //! erasure, replay"), with stage 2 stopped and everything else running.
 //!
 //! 1. A cut K (see `cut`); wait until every flip stamped before K is on the deltas log.

@@ -1,4 +1,4 @@
-//! `likes reconcile`: drift corrected through the pipeline, never by overwrite (DESIGN.md,
+//! `likes reconcile`: drift corrected through the pipeline, never by overwrite (docs/design.md,
 //! "Corrections, erasure, replay").
 //!
 //! At a cut K (see `cut`) each item's difference LIKED edges − count is exact. It is sent as

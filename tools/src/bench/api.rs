@@ -11,7 +11,7 @@
 //!
 //! The API is `likes api` as a child process (like/unlike mix: 80% likes of new edges, 20%
 //! unlikes of earlier ones, a fresh request key each). The bare LWT loop is one
-//! `INSERT ... IF NOT EXISTS` per write: the one Paxos round DESIGN.md allows a write, and
+//! `INSERT ... IF NOT EXISTS` per write: the one Paxos round docs/design.md allows a write, and
 //! nothing else. Goals (issue 13): API capacity ≥ 0.7 × the bare loop's; API p99 at half its
 //! capacity ≤ 2 × the bare loop's p99 at that rate. Ratios are taken within each round
 //! (the box drifts between rounds), then the median over rounds with min–max.
