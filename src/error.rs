@@ -9,6 +9,15 @@ pub enum Error {
     #[error("configuration: {0}")]
     Config(String),
 
+    /// The command will not go ahead while something else runs (a consumer group with live
+    /// members): the operator stops that first.
+    #[error("refused: {0}")]
+    Refused(String),
+
+    /// Another writer moved what the job was working on; running the job again settles it.
+    #[error("raced: {0}")]
+    Raced(String),
+
     #[error("topology: {0}")]
     Topology(String),
 

@@ -125,7 +125,11 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (ok, _, err) = common::likes(&["replay", "--group", &groups[1], "--to-earliest"], &env);
     assert!(!ok, "replay must refuse while the count stage runs");
-    assert!(err.contains("live members"), "{err}");
+    // A refusal the operator acts on, not a configuration error (issue 24).
+    assert!(
+        err.contains("refused:") && err.contains("live members"),
+        "{err}"
+    );
     run.stop().await;
 
     // Replay: wipe the dedupe state, reset both groups to earliest, run again.

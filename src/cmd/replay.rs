@@ -157,7 +157,7 @@ pub fn run(
                 std::thread::sleep(Duration::from_secs(1));
             }
             Err(e) => {
-                return Err(Error::Config(format!(
+                return Err(Error::Refused(format!(
                     "group {group} refused the reset ({e}): it has live members. Stop every \
                      process of the stage first; a stopped or killed member leaves the group \
                      after kafka.session_timeout ({:?})",
@@ -193,7 +193,7 @@ fn refuse_past_horizon(
         std::time::UNIX_EPOCH + Duration::from_millis(floor.max(0) as u64 + 1000),
     );
     let explain = |what: String| {
-        Error::Config(format!(
+        Error::Refused(format!(
             "refusing to replay stage 1 from records older than the dedupe horizon \
              (dedupe_ttl = {:?}): its state for them no longer exists. {what}. Replay from \
              within the horizon instead, e.g. --to-time {safe}",
@@ -274,7 +274,7 @@ fn refuse_skips(
     if skips.is_empty() {
         return Ok(());
     }
-    Err(Error::Config(format!(
+    Err(Error::Refused(format!(
         "refusing to move group {group} forward past records it has not read; a replay only \
          moves back (pick an earlier --to-time). Would skip: {}",
         skips.join(", ")

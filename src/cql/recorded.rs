@@ -139,7 +139,7 @@ pub async fn check_count_replay(
     }
     match safe_from {
         None => Ok(()),
-        Some(at) => Err(Error::Config(format!(
+        Some(at) => Err(Error::Refused(format!(
             "refusing to replay the count group from {from_ms}: windows of a length {now} ms \
              does not divide were applied after that, and a replayed window could straddle \
              their fence and count records twice. Replay from {at} (Unix ms) or later, or \

@@ -296,7 +296,7 @@ async fn purge(app: &App, st: &Statements, e: &Erasure, user: &str) -> Result<()
     for item in &items {
         if let Some(edge) = app.store.edges.read(item, bucket, user).await? {
             if edge.liked {
-                return Err(Error::State(format!(
+                return Err(Error::Raced(format!(
                     "erasure {}: {item} was liked again during the purge; run again",
                     e.id
                 )));
@@ -310,7 +310,7 @@ async fn purge(app: &App, st: &Statements, e: &Erasure, user: &str) -> Result<()
                 .execute_unpaged(&st.delete_edge, (item, bucket, user, edge.op_id))
                 .await?;
             if crate::store::not_applied(r)?.is_some() {
-                return Err(Error::State(format!(
+                return Err(Error::Raced(format!(
                     "erasure {}: {item}'s edge changed during the purge; run again",
                     e.id
                 )));

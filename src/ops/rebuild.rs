@@ -82,7 +82,7 @@ async fn rebuild(p: &Pipeline, group: &str) -> Result<RebuildReport> {
             Ok(recount) => return finish(p, group, k, recount).await,
         }
     }
-    Err(Error::State(format!(
+    Err(Error::Raced(format!(
         "every one of {ATTEMPTS} cuts met an edge flipped twice since it whose history left the row; run again"
     )))
 }
@@ -104,7 +104,7 @@ async fn refuse_live_group(p: &Pipeline, group: &str) -> Result<()> {
         super::progress::waiting(&format!("{group} to have no members"), started).await;
     };
     if live > 0 {
-        return Err(Error::Config(format!(
+        return Err(Error::Refused(format!(
             "group {group} has {live} live member(s): stop stage 2 (`likes count`, e.g. scale it to 0) \
              before a rebuild; a stopped member leaves after kafka.session_timeout ({:?})",
             p.settings.kafka.session_timeout
