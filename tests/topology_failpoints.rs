@@ -13,6 +13,10 @@ use std::time::Duration;
 use common::procs;
 use common::topology as fx;
 
+/// How long a phase waits for the counts to reach the truth: a count above it never comes
+/// down, so a short wait decides.
+const SETTLE: Duration = Duration::from_secs(60);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_at_the_narrow_moments_never_change_the_counts() {
     let procs::Harness {
@@ -128,22 +132,27 @@ async fn a_window_change_after_a_crash_before_the_commit_applies_nothing_twice()
         }
         fx::nonzero(&want)
     };
-    let armed = (
-        "FAILPOINTS",
-        "count-after-sink-before-commit=panic".to_string(),
-    );
     dedupe.start();
+
+    // Stage 1 turns the chunk into deltas; stage 2 then dies after its first counter write,
+    // before the offset commit.
+    let crash_after_write = |count: &mut procs::Stage, window: &(&str, String)| {
+        count.start_with(&[
+            (window.0, &window.1),
+            ("FAILPOINTS", "count-after-sink-before-commit=panic"),
+        ]);
+        assert!(
+            count.wait_exit(Duration::from_secs(60)),
+            "the fail point never fired; log:\n{}",
+            count.tail()
+        );
+    };
 
     // A: 250 ms windows, killed after its first write, before any commit.
     let w250 = with_window(250);
     fx::produce(&settings, &topology, &chunks[0].records).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    count.start_with(&[(w250.0, &w250.1), (armed.0, &armed.1)]);
-    assert!(
-        count.wait_exit(Duration::from_secs(60)),
-        "the fail point never fired; log:\n{}",
-        count.tail()
-    );
+    crash_after_write(&mut count, &w250);
 
     // B: 1 s windows, up to date, then a clean stop (commits carry the 1 s length).
     let w1000 = with_window(1000);
@@ -151,7 +160,7 @@ async fn a_window_change_after_a_crash_before_the_commit_applies_nothing_twice()
     fx::produce(&settings, &topology, &chunks[1].records).await;
     settle(0);
     let want_ab = settle(1);
-    let have = wait_until(&mut dedupe, &mut count, &settings, &want_ab).await;
+    let have = procs::settle(&mut dedupe, &mut count, &settings, &want_ab, SETTLE).await;
     assert_eq!(
         have, want_ab,
         "250 ms → 1 s after a crash on partitions never committed: counts must equal the truth"
@@ -161,12 +170,7 @@ async fn a_window_change_after_a_crash_before_the_commit_applies_nothing_twice()
     // C: 1 s windows again, killed after a write, before its commit.
     fx::produce(&settings, &topology, &chunks[2].records).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    count.start_with(&[(w1000.0, &w1000.1), (armed.0, &armed.1)]);
-    assert!(
-        count.wait_exit(Duration::from_secs(60)),
-        "the fail point never fired; log:\n{}",
-        count.tail()
-    );
+    crash_after_write(&mut count, &w1000);
 
     // D: 1.5 s windows, which straddle the 1 s ones.
     let w1500 = with_window(1500);
@@ -174,7 +178,7 @@ async fn a_window_change_after_a_crash_before_the_commit_applies_nothing_twice()
     fx::produce(&settings, &topology, &chunks[3].records).await;
     settle(2);
     let want_all = settle(3);
-    let have = wait_until(&mut dedupe, &mut count, &settings, &want_all).await;
+    let have = procs::settle(&mut dedupe, &mut count, &settings, &want_all, SETTLE).await;
     assert_eq!(
         have, want_all,
         "1 s → 1.5 s after a crash on committed partitions: counts must equal the truth"
@@ -183,26 +187,6 @@ async fn a_window_change_after_a_crash_before_the_commit_applies_nothing_twice()
     count.stop();
     procs::assert_audit(&audit, &want_all);
     fx::teardown(&settings, &topology).await;
-}
-
-/// Waits (up to 60 s) for the counts to equal `want` with both stages alive; returns the
-/// last counts seen. A count above the truth never comes down, so a short wait decides.
-async fn wait_until(
-    dedupe: &mut procs::Stage,
-    count: &mut procs::Stage,
-    settings: &likes::config::Settings,
-    want: &BTreeMap<String, i64>,
-) -> BTreeMap<String, i64> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        dedupe.assert_alive();
-        count.assert_alive();
-        let have = fx::nonzero(&fx::counts(settings).await);
-        if have == *want || tokio::time::Instant::now() > deadline {
-            return have;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// Issue 23, item 5: a restore killed midway resumes where it stopped instead of at offset
@@ -226,7 +210,7 @@ async fn a_restore_killed_midway_resumes_where_it_stopped() {
     dedupe.start();
     count.start();
     fx::produce(&settings, &topology, &script.records).await;
-    let have = wait_until(&mut dedupe, &mut count, &settings, &want).await;
+    let have = procs::settle(&mut dedupe, &mut count, &settings, &want, SETTLE).await;
     assert_eq!(have, want);
     dedupe.stop();
 
@@ -241,7 +225,7 @@ async fn a_restore_killed_midway_resumes_where_it_stopped() {
     dedupe.start();
     fx::produce(&settings, &topology, &script.records).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let have = wait_until(&mut dedupe, &mut count, &settings, &want).await;
+    let have = procs::settle(&mut dedupe, &mut count, &settings, &want, SETTLE).await;
     assert_eq!(
         have, want,
         "after the resumed restore every event is a duplicate: the counts must not move"

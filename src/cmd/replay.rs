@@ -15,7 +15,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::info;
 
 use crate::config::Settings;
-use crate::dedupe::recovery::{reset_metadata, Committed};
+use crate::dedupe::recovery::{reset_metadata, reset_token, Committed};
 use crate::error::{Error, Result};
 use crate::kafka;
 use crate::runtime::clock::now_ms;
@@ -115,7 +115,7 @@ pub fn run(
         refuse_past_horizon(&consumer, topology, &topic, &offsets, target, timeout)?;
     }
 
-    let token = format!("reset-{:016x}", rand::random::<u64>());
+    let token = reset_token();
     let mut tpl = TopicPartitionList::new();
     for &(p, o) in &offsets {
         tpl.add_partition_offset(&topic, p, Offset::Offset(o))?;
@@ -132,14 +132,7 @@ pub fn run(
             };
             let was = Committed::parse(at, old.as_ref().map_or("", |e| e.metadata()));
             let emitted = was.emitted.unwrap_or(0).max(at.unwrap_or(0));
-            // The transaction whose state the history ends with: the old position's, or,
-            // when that was itself a reset nothing has committed after, the one it named.
-            let history = match (&was.token, &was.was) {
-                (Some(t), Some(w)) if t.starts_with("reset-") => Some(w.as_str()),
-                (Some(t), _) if !t.starts_with("reset-") => Some(t.as_str()),
-                _ => None,
-            };
-            reset_metadata(emitted, &token, history)
+            reset_metadata(emitted, &token, &was)
         };
         if let Some(mut e) = tpl.find_partition(&topic, p) {
             e.set_metadata(metadata);

@@ -60,10 +60,24 @@ pub fn offset_metadata(emitted: i64, token: &str) -> String {
     format!("emitted={emitted};txn={token}")
 }
 
-/// The metadata `likes replay` commits: [`offset_metadata`] with its own token, and the
-/// transaction whose position it moved away from (`was=`), if any.
-pub fn reset_metadata(emitted: i64, token: &str, was: Option<&str>) -> String {
-    match was {
+/// The token prefix of a position `likes replay` committed (no transaction wrote it).
+const RESET: &str = "reset-";
+
+/// A fresh token for a `likes replay` reset.
+pub fn reset_token() -> String {
+    format!("{RESET}{:016x}", rand::random::<u64>())
+}
+
+/// The metadata `likes replay` commits over the position `old`: [`offset_metadata`] with
+/// its own token, and the transaction whose state the history ends with (`was=`): the one
+/// that committed `old`, or, when `old` was itself a reset nothing committed after, the one
+/// that reset named.
+pub fn reset_metadata(emitted: i64, token: &str, old: &Committed) -> String {
+    let history = match &old.token {
+        Some(t) if t.starts_with(RESET) => old.was.as_deref(),
+        t => t.as_deref(),
+    };
+    match history {
         Some(w) => format!("emitted={emitted};txn={token};was={w}"),
         None => offset_metadata(emitted, token),
     }
@@ -414,10 +428,13 @@ mod tests {
         assert_eq!((outside.emitted, outside.token), (None, None));
         let old = Committed::parse(Some(3), "clock=5");
         assert_eq!((old.emitted, old.token), (None, None));
-        let reset = Committed::parse(Some(0), &reset_metadata(42, "reset-1", Some("abc")));
+        let reset = Committed::parse(Some(0), &reset_metadata(42, "reset-1", &c));
         assert_eq!(
             (reset.emitted, reset.token.as_deref(), reset.was.as_deref()),
             (Some(42), Some("reset-1"), Some("abc"))
         );
+        // A reset over a reset names the transaction the first one moved away from.
+        let again = Committed::parse(Some(0), &reset_metadata(42, "reset-2", &reset));
+        assert_eq!(again.was.as_deref(), Some("abc"));
     }
 }

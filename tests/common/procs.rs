@@ -243,19 +243,31 @@ pub async fn drain(
     settings: &Settings,
     want: &BTreeMap<String, i64>,
 ) -> BTreeMap<String, i64> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    let have = loop {
+    let have = settle(dedupe, count, settings, want, Duration::from_secs(120)).await;
+    dedupe.stop();
+    count.stop();
+    have
+}
+
+/// Waits (up to `timeout`) until the counts equal `want` while both stages stay alive;
+/// returns the last counts seen (nonzero entries). The stages go on running.
+pub async fn settle(
+    dedupe: &mut Stage,
+    count: &mut Stage,
+    settings: &Settings,
+    want: &BTreeMap<String, i64>,
+    timeout: Duration,
+) -> BTreeMap<String, i64> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
         dedupe.assert_alive();
         count.assert_alive();
         let have = super::topology::nonzero(&super::topology::counts(settings).await);
         if have == *want || tokio::time::Instant::now() > deadline {
-            break have;
+            return have;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    dedupe.stop();
-    count.stop();
-    have
+    }
 }
 
 /// A fault test's world: its own names, schema and topics, a run dir with the stage logs and
