@@ -3,8 +3,10 @@
 //! One binary, one subcommand per process. This library holds everything the binary runs, so
 //! that tests in `tests/` and the tooling in `tools/` drive the same code.
 //!
-//! The modules in the order data flows (see `../README.md`, "Code map"):
-//! - [`api`]: the HTTP front door; the write path flips an edge and publishes its event.
+//! The modules in the order data flows (see docs/architecture.md, "Code map"):
+//! - [`api`]: the HTTP front door, HTTP only: parses requests, answers.
+//! - [`write`]: the write path of like and unlike (the API's, a retraction's, an erasure's):
+//!   request key, outbox, the edge's compare-and-set, the event.
 //! - [`relay`]: publishes, from the outbox, the event of a flip whose produce failed.
 //! - [`dedupe`]: stage 1, events → per-item deltas, exactly once with Kafka transactions.
 //! - [`count`]: stage 2, deltas → one (item, window, +N) → the LWT fence on `like_counts`.
@@ -38,5 +40,6 @@ pub mod runtime;
 pub mod schema;
 pub mod store;
 pub mod topology;
+pub mod write;
 
 pub use error::{Error, Result};

@@ -207,10 +207,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Count => cmd::stages::run_count(&settings, &topology).await?,
             Command::Topology => cmd::stages::run_topology(&settings, &topology).await?,
             Command::Api => cmd::stages::run_api(&settings, &topology).await?,
-            Command::Relay => likes::relay::run_alone(&settings, &topology).await?,
+            Command::Relay => cmd::stages::run_relay(&settings, &topology).await?,
             Command::Token { user, ttl } => {
                 let signer = likes::api::auth::Signer::from_session_key(&settings.api.session_key)?;
-                if !likes::api::valid_id(&user) {
+                if !likes::write::valid_id(&user) {
                     anyhow::bail!("--user must be 1-128 characters of A-Z a-z 0-9 _ - :");
                 }
                 let expires = likes::runtime::clock::now_ms() / 1000 + ttl.as_secs() as i64;
@@ -230,15 +230,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Command::Erase { user } => {
                 if let Some(u) = &user {
-                    if !likes::api::valid_id(u) {
+                    if !likes::write::valid_id(u) {
                         anyhow::bail!("--user must be 1-128 characters of A-Z a-z 0-9 _ - :");
                     }
                 }
                 // Resumes at its checkpoint each time (chaos: an erase died on a Cassandra
                 // kill mid-walk and left the user's likes standing).
                 let report = likes::ops::retrying("erase", settings.ops.wait_timeout, || async {
-                    let app = likes::api::App::connect_job(&settings, &topology).await?;
-                    likes::ops::erase::run(&app, user.as_deref()).await
+                    let job = likes::ops::erase::Eraser::connect(&settings, &topology).await?;
+                    likes::ops::erase::run(&job, user.as_deref()).await
                 })
                 .await?;
                 out(&report.to_string());

@@ -69,23 +69,6 @@ impl Relay {
     }
 }
 
-/// `likes relay` on its own: passes until SIGTERM. Needs CQL and Kafka, nothing of the API.
-pub async fn run_alone(settings: &Settings, topology: &Topology) -> Result<()> {
-    m::serve_configured(settings, vec![], &["relay"]).await?;
-    let relay = crate::runtime::supervise::connect_patiently("relay", || {
-        Relay::connect(settings, topology)
-    })
-    .await?;
-    run(
-        Arc::new(relay),
-        settings.api.relay_interval,
-        settings.api.relay_min_age,
-        crate::runtime::shutdown::on_signal(),
-    )
-    .await;
-    Ok(())
-}
-
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Pass {

@@ -35,7 +35,7 @@ async fn recent_keys(settings: &likes::config::Settings, item: &str, user: &str)
         .unwrap_or_default()
         .values()
         .map(|v| {
-            likes::api::request_keys::Remembered::decode(v)
+            likes::store::request_keys::Remembered::decode(v)
                 .unwrap_or_else(|| panic!("unreadable slot {v:?}"))
                 .key
         })

@@ -539,7 +539,10 @@ async fn a_window_change_refuses_only_the_processes_that_cut_windows() {
     assert!(refused.to_string().contains("1500"), "{refused}");
     likes::api::App::connect(&settings, &topology)
         .await
-        .expect("the API (and the erase job, through it) starts with the old window");
+        .expect("the API starts with the old window");
+    likes::ops::erase::Eraser::connect(&settings, &topology)
+        .await
+        .expect("the erase job starts with the old window");
     likes::relay::Relay::connect(&settings, &topology)
         .await
         .expect("the relay starts with the old window");

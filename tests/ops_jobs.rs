@@ -259,17 +259,11 @@ async fn erasure_takes_back_exactly_the_users_likes_and_resumes_after_kill9() {
     // at op 1 while stage 1 still remembers op 4, and be dropped.
     tokio::time::sleep(Duration::from_secs(9)).await;
     for (liked, key) in [(true, "op-like"), (false, "op-unlike")] {
-        likes::api::write::write_as(
-            &app,
-            "vic",
-            "item-0",
-            liked,
-            key,
-            likes::schema::v1::Source::Retraction,
-            likes::schema::v1::ClientPlatform::Unspecified,
-        )
-        .await
-        .unwrap();
+        let write = likes::write::Write {
+            source: likes::schema::v1::Source::Retraction,
+            ..likes::write::Write::by_user("vic", "item-0", liked, key)
+        };
+        app.writer.write(&write).await.unwrap();
     }
     tokio::time::sleep(Duration::from_secs(8)).await;
     // Issue 23, item 3a: a like that passed the API's check just before the erasure was

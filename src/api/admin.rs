@@ -10,11 +10,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 
 use super::error::ApiError;
-use super::write::{write_as, WriteAnswer};
 use super::{check_id, App};
 use crate::runtime::clock::now_ms;
-use crate::schema::v1::{ClientPlatform, Source};
+use crate::schema::v1::Source;
 use crate::store::erasures::Erasure;
+use crate::write::{Write, WriteAnswer};
 
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -40,16 +40,11 @@ pub async fn retract(
     }
     let key = &super::write::request_key(&headers)?;
     // Stored in the operators' namespace of request keys: no user key can reach it.
-    let answer = write_as(
-        &app,
-        &r.user_id,
-        &r.item_id,
-        false,
-        key,
-        Source::Retraction,
-        ClientPlatform::Unspecified,
-    )
-    .await?;
+    let write = Write {
+        source: Source::Retraction,
+        ..Write::by_user(&r.user_id, &r.item_id, false, key)
+    };
+    let answer = app.writer.write(&write).await?;
     app.store
         .retractions
         .record(&r.item_id, &r.user_id, r.reason.trim(), key, now_ms())

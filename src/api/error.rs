@@ -80,6 +80,18 @@ impl From<crate::error::Error> for ApiError {
     }
 }
 
+impl From<crate::write::WriteError> for ApiError {
+    fn from(e: crate::write::WriteError) -> Self {
+        use crate::write::WriteError as W;
+        match e {
+            W::KeyReused => ApiError::KeyReused,
+            W::Erased { .. } => ApiError::Forbidden(e.to_string()),
+            W::RetryWithSameKey(_) => ApiError::Unavailable(e.to_string()),
+            W::Dependency(e) => e.into(),
+        }
+    }
+}
+
 impl From<scylla::errors::ExecutionError> for ApiError {
     fn from(e: scylla::errors::ExecutionError) -> Self {
         crate::error::Error::from(e).into()

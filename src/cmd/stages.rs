@@ -1,5 +1,8 @@
-//! `likes dedupe`, `likes count` and `likes topology` (both stages in one process, for
-//! development; production runs them as separate processes that scale by partitions).
+//! The long-running processes, each assembled one way: its named tasks under one
+//! cancellation token (SIGINT/SIGTERM), joined before it exits ([`Tasks`]). `likes api` (with
+//! the relay and the erasure gauges beside it), `likes relay`, `likes dedupe`, `likes count`
+//! and `likes topology` (both stages in one process, for development; production runs them as
+//! separate processes that scale by partitions).
 //!
 //! Each runs until SIGINT or SIGTERM, then finishes its current batch and exits 0. A Kafka or
 //! Cassandra error starts the stage over inside the process (see [`crate::runtime::supervise`]); a
@@ -7,17 +10,30 @@
 //! line. The stages recover on restart (that is their design), so the right supervisor
 //! action is always "restart"; `/healthz` answers 503 when a stage is stuck, to ask for one.
 
-use tracing::info;
+use std::sync::Arc;
+use std::time::Duration;
 
+use tracing::{info, warn};
+
+use crate::api::{self, App};
 use crate::config::Settings;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::relay::{self, Relay};
 use crate::runtime::metrics;
-use crate::runtime::shutdown::{self, Tasks};
-use crate::runtime::supervise::Health;
+use crate::runtime::shutdown::{self, CancellationToken, Tasks};
+use crate::runtime::supervise::{connect_patiently, Health};
 use crate::topology::Topology;
 use crate::{count, dedupe};
 
-/// `likes api`: serves HTTP (and /metrics when `metrics.listen` is set) until a signal.
+/// How long a stopping process waits for the relay's pass in flight.
+const RELAY_DRAIN: Duration = Duration::from_secs(10);
+
+/// How often the API refreshes the pending-erasure gauges.
+const ERASURE_GAUGES_EVERY: Duration = Duration::from_secs(30);
+
+/// `likes api`: serves HTTP (and /metrics when `metrics.listen` is set) until a signal; with
+/// `api.relay`, the relay runs beside on the same CQL session. The pending-erasure gauges
+/// are set here, so the 30-day deadline alerts from a process that is always scraped.
 pub async fn run_api(settings: &Settings, topology: &Topology) -> Result<()> {
     let roles: &[&'static str] = if settings.api.relay {
         &["api", "relay"]
@@ -25,7 +41,75 @@ pub async fn run_api(settings: &Settings, topology: &Topology) -> Result<()> {
         &["api"]
     };
     metrics::serve_configured(settings, vec![], roles).await?;
-    crate::api::serve(settings, topology).await
+    let (app, relay) = connect_patiently("api", || async {
+        let app = App::connect(settings, topology).await?;
+        let relay = if settings.api.relay {
+            let (session, events) = (app.session.clone(), app.events.clone());
+            Some(Relay::prepare(session, events, settings, topology).await?)
+        } else {
+            None
+        };
+        Ok((app, relay))
+    })
+    .await?;
+    let listener = tokio::net::TcpListener::bind(&settings.api.listen)
+        .await
+        .map_err(Error::io(format!(
+            "binding api.listen {}",
+            settings.api.listen
+        )))?;
+    let mut tasks = Tasks::new(shutdown::on_signal());
+    let stop = tasks.token();
+    let (store, listen) = (app.store.clone(), settings.api.listen.clone());
+    tasks.spawn("http", async move {
+        info!(listen = %listen, "api serving");
+        axum::serve(listener, api::router(app))
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+            .map_err(Error::io(format!("serving api.listen {listen}")))
+    });
+    if let Some(relay) = relay {
+        spawn_relay(&mut tasks, relay, settings);
+    }
+    let stop = tasks.token();
+    tasks.spawn("erasure-gauges", async move {
+        crate::ops::erase::export_pending(store, ERASURE_GAUGES_EVERY, stop).await;
+        Ok(())
+    });
+    tasks.join().await
+}
+
+/// `likes relay` on its own: passes until a signal. Needs CQL and Kafka, nothing of the API.
+pub async fn run_relay(settings: &Settings, topology: &Topology) -> Result<()> {
+    metrics::serve_configured(settings, vec![], &["relay"]).await?;
+    let relay = connect_patiently("relay", || Relay::connect(settings, topology)).await?;
+    let mut tasks = Tasks::new(shutdown::on_signal());
+    spawn_relay(&mut tasks, relay, settings);
+    tasks.join().await
+}
+
+/// Adds the relay to `tasks`. At a stop, a pass in flight finishes (its entries are deleted
+/// only after their events are published); one that outlasts [`RELAY_DRAIN`] is dropped: its
+/// entries stay for the next pass.
+fn spawn_relay(tasks: &mut Tasks, relay: Relay, settings: &Settings) {
+    let stop = tasks.token();
+    let (every, min_age) = (settings.api.relay_interval, settings.api.relay_min_age);
+    tasks.spawn("relay", async move {
+        let passes = relay::run(Arc::new(relay), every, min_age, stop.clone());
+        tokio::select! {
+            () = passes => {}
+            () = drained(&stop) => {
+                warn!(wait = ?RELAY_DRAIN, "relay pass still running at shutdown; its entries stay for the next pass");
+            }
+        }
+        Ok(())
+    });
+}
+
+/// Resolves [`RELAY_DRAIN`] after `stop` is cancelled.
+async fn drained(stop: &CancellationToken) {
+    stop.cancelled().await;
+    tokio::time::sleep(RELAY_DRAIN).await;
 }
 
 fn health(settings: &Settings, stage: &'static str) -> Health {

@@ -31,7 +31,7 @@ pub const TABLES: &[TableSpec] = &[
             ("prev_at", "timestamp"),
             ("epoch", "bigint"),
             // A ring of 16 slots, each one request on this edge (key, operation, answer;
-            // api/request_keys.rs), written by the same compare-and-set as the flip.
+            // store/request_keys.rs), written by the same compare-and-set as the flip.
             ("recent_keys", "map<int, text>"),
             // The ClientPlatform of the request that made the current flip, for the relay to
             // republish (added after v1.0.0; `likes migrate` adds it to older keyspaces).

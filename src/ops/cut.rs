@@ -31,12 +31,12 @@ use scylla::statement::Consistency;
 use scylla::value::CqlTimestamp;
 use tracing::info;
 
-use crate::api::request_keys::Remembered;
 use crate::config::Settings;
 use crate::count::{decode_record, Input};
 use crate::error::{Error, Result};
 use crate::runtime::clock::now_ms;
 use crate::store::outbox::{outbox_minute, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
+use crate::store::request_keys::Remembered;
 use crate::store::Stores;
 use crate::topology::Topology;
 
@@ -752,7 +752,7 @@ mod tests {
         // whose clock reads 900 found op 5. Then op 6 (unlike) at 1300, op 7 (like) at 1400,
         // op 8 (unlike) at 1500, and op 5 left the row. At the cut 1000 the edge was at op 4
         // (flipped at 800, unliked).
-        let noop_at = crate::api::write::recorded_at(900, Some(1200));
+        let noop_at = crate::write::recorded_at(900, Some(1200));
         let k = requests(&[
             (4, 800, true),
             (5, noop_at, false),

@@ -28,6 +28,9 @@ fn earlier_of(list: &[i64]) -> [i64; EARLIER_FLIPS] {
 /// Edges read per query while walking who-liked (unliked rows are skipped client-side).
 pub const LIKERS_CHUNK: usize = 200;
 
+/// Items read from a user's index per page (the erase job's page and checkpoint).
+pub const USER_ITEMS_PAGE: i32 = 50;
+
 /// An edge as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Edge {
@@ -114,7 +117,7 @@ impl Edge {
 }
 
 /// An edge with the request keys it remembers (slot → key and answer, see
-/// `api::request_keys`): what a write needs to aim its compare-and-set.
+/// `store::request_keys`): what a write needs to aim its compare-and-set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EdgeRow {
     pub edge: Edge,
@@ -167,8 +170,13 @@ pub struct Edges {
     /// The same condition, for a request that changes nothing: only its key is written.
     keep: PreparedStatement,
     /// The user's side of a like (user, item, created_at), for erasure and "my likes".
-    pub(crate) by_user: PreparedStatement,
+    by_user: PreparedStatement,
     likers: PreparedStatement,
+    /// The erase job's statements: the user's items in order, their number, and the purge.
+    user_items: PreparedStatement,
+    user_item_count: PreparedStatement,
+    delete_if: PreparedStatement,
+    unindex: PreparedStatement,
 }
 
 impl Edges {
@@ -229,9 +237,87 @@ impl Edges {
                 ),
             )
             .await?,
+            user_items: prepare(
+                &session,
+                format!(
+                    "SELECT item_id FROM {ks}.edges_by_user WHERE user_id = ? AND item_id > ? \
+                     LIMIT {USER_ITEMS_PAGE}"
+                ),
+            )
+            .await?,
+            user_item_count: prepare(
+                &session,
+                format!("SELECT COUNT(*) FROM {ks}.edges_by_user WHERE user_id = ?"),
+            )
+            .await?,
+            delete_if: prepare(
+                &session,
+                format!(
+                    "DELETE FROM {ks}.edges WHERE item_id = ? AND bucket = ? AND user_id = ? \
+                     IF op_id = ?"
+                ),
+            )
+            .await?,
+            unindex: prepare(
+                &session,
+                format!("DELETE FROM {ks}.edges_by_user WHERE user_id = ? AND item_id = ?"),
+            )
+            .await?,
             session,
             ks: ks.to_string(),
         })
+    }
+
+    /// The user's side of an edge: written before the edge's first compare-and-set, so that
+    /// erasure finds every row of the user.
+    pub async fn index_for_user(&self, user: &str, item: &str, at_ms: i64) -> Result<()> {
+        self.session
+            .execute_unpaged(&self.by_user, (user, item, CqlTimestamp(at_ms)))
+            .await?;
+        Ok(())
+    }
+
+    /// The user's items after `after` in item order, [`USER_ITEMS_PAGE`] at most.
+    pub async fn user_items_after(&self, user: &str, after: &str) -> Result<Vec<String>> {
+        let rows = self
+            .session
+            .execute_unpaged(&self.user_items, (user, after))
+            .await?
+            .into_rows_result()?;
+        let mut out = Vec::new();
+        for r in rows.rows::<(String,)>()? {
+            out.push(r?.0);
+        }
+        Ok(out)
+    }
+
+    /// How many items the user's index holds.
+    pub async fn user_item_count(&self, user: &str) -> Result<i64> {
+        Ok(self
+            .session
+            .execute_unpaged(&self.user_item_count, (user,))
+            .await?
+            .into_rows_result()?
+            .maybe_first_row::<(i64,)>()?
+            .map_or(0, |r| r.0))
+    }
+
+    /// Deletes the edge row if it is still at `op_id`; whether it was.
+    pub async fn delete_if(&self, item: &str, bucket: i32, user: &str, op_id: i64) -> Result<bool> {
+        let r = self
+            .session
+            .execute_unpaged(&self.delete_if, (item, bucket, user, op_id))
+            .await?;
+        Ok(super::not_applied(r)?.is_none())
+    }
+
+    /// Deletes one row of the user's index (never the partition: a row written meanwhile
+    /// survives).
+    pub async fn unindex_for_user(&self, user: &str, item: &str) -> Result<()> {
+        self.session
+            .execute_unpaged(&self.unindex, (user, item))
+            .await?;
+        Ok(())
     }
 
     /// Every edge's state, (item, user) → liked, read page by page: for checks and jobs over

@@ -12,6 +12,7 @@ use crate::error::Result;
 pub struct Retractions {
     session: Arc<Session>,
     put: PreparedStatement,
+    delete: PreparedStatement,
 }
 
 impl Retractions {
@@ -23,6 +24,11 @@ impl Retractions {
                     "INSERT INTO {ks}.retractions (item_id, user_id, retracted_at, reason, request_key) \
                      VALUES (?, ?, ?, ?, ?)"
                 ),
+            )
+            .await?,
+            delete: prepare(
+                &session,
+                format!("DELETE FROM {ks}.retractions WHERE item_id = ? AND user_id = ?"),
             )
             .await?,
             session,
@@ -40,6 +46,14 @@ impl Retractions {
     ) -> Result<()> {
         self.session
             .execute_unpaged(&self.put, (item, user, CqlTimestamp(at_ms), reason, key))
+            .await?;
+        Ok(())
+    }
+
+    /// Forgets the retractions of (item, user): the erase job's purge.
+    pub async fn delete(&self, item: &str, user: &str) -> Result<()> {
+        self.session
+            .execute_unpaged(&self.delete, (item, user))
             .await?;
         Ok(())
     }

@@ -469,9 +469,8 @@ impl Loops {
             let key = format!("k{tag}-{i}");
             async move {
                 let (user, item, like) = mix.lock().await.next();
-                api::write::write(&app, &user, &item, like, &key)
-                    .await
-                    .is_ok()
+                let write = likes::write::Write::by_user(&user, &item, like, &key);
+                app.writer.write(&write).await.is_ok()
             }
         })
         .await
