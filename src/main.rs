@@ -188,7 +188,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let session = cql::connect(&settings.cql).await?;
                 let report = cmd::migrate::run(&session, &settings.cql).await?;
                 out(&report.to_string());
-                for line in cql::recorded::record(
+                for line in likes::store::recorded::record(
                     &session,
                     &settings.cql.keyspace,
                     &topology,

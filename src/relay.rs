@@ -47,7 +47,7 @@ impl Relay {
     /// Connects to CQL (checking the keyspace matches the topology) and Kafka.
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Self> {
         let session = cql::connect(&settings.cql).await?;
-        cql::recorded::check_buckets(&session, &settings.cql.keyspace, topology).await?;
+        crate::store::recorded::check_buckets(&session, &settings.cql.keyspace, topology).await?;
         let events = Events::connect(settings, topology)?;
         Self::prepare(session, events, settings, topology).await
     }

@@ -366,14 +366,14 @@ async fn changing_the_window_neither_freezes_nor_reapplies() {
 async fn record_window(settings: &Settings, topology: &Topology) {
     let session = likes::cql::connect(&settings.cql).await.unwrap();
     // Without the flag the change is refused, by migrate and by the count stage.
-    let refused = likes::cql::recorded::record(&session, &settings.cql.keyspace, topology, false)
+    let refused = likes::store::recorded::record(&session, &settings.cql.keyspace, topology, false)
         .await
         .expect_err("a silent window change must be refused");
     assert!(
         refused.to_string().contains("--accept-window-change"),
         "{refused}"
     );
-    likes::cql::recorded::record(&session, &settings.cql.keyspace, topology, true)
+    likes::store::recorded::record(&session, &settings.cql.keyspace, topology, true)
         .await
         .unwrap();
 }
@@ -530,10 +530,10 @@ async fn a_window_change_refuses_only_the_processes_that_cut_windows() {
         .clone()
         .with_window(Duration::from_millis(1500))
         .unwrap();
-    likes::cql::recorded::record(&session, &ks, &longer, true)
+    likes::store::recorded::record(&session, &ks, &longer, true)
         .await
         .unwrap();
-    let refused = likes::cql::recorded::check(&session, &ks, &topology)
+    let refused = likes::store::recorded::check(&session, &ks, &topology)
         .await
         .expect_err("stage 2 must refuse a window other than the recorded one");
     assert!(refused.to_string().contains("1500"), "{refused}");

@@ -366,7 +366,8 @@ async fn corrupt(p: &Pipeline, item: &str, by: i64) {
     let ks = &p.settings.cql.keyspace;
     let shard = p.topology.counter_shard(item);
     loop {
-        let (count, w, _) = p.count_row(item).await.unwrap();
+        let row = p.count_row(item).await.unwrap().expect("a counter row");
+        let (count, w) = (row.count, row.last_window);
         let r = p
             .session
             .query_unpaged(
@@ -461,7 +462,13 @@ async fn drift_and_reconcile_under_live_writes() {
     // The same correction record sent twice: the correction fence refuses the copy.
     let sent = again.corrections[0].clone();
     let row = p.count_row(&sent.item).await.unwrap();
-    resend(&settings, &topology, &sent, row.2.unwrap()).await;
+    resend(
+        &settings,
+        &topology,
+        &sent,
+        row.unwrap().last_correction.unwrap(),
+    )
+    .await;
     p.wait_counted().await.unwrap();
     let later = drift::run(&p, &Scope::Items(vec![sent.item.clone()]))
         .await
@@ -692,7 +699,7 @@ async fn a_stage_2_started_during_a_rebuild_waits_for_it() {
         assert_eq!(s, StatusCode::OK, "{b}");
     }
     let ks = &settings.cql.keyspace;
-    likes::cql::recorded::mark_rebuilding(&app.session, ks, likes::runtime::clock::now_ms())
+    likes::store::recorded::mark_rebuilding(&app.session, ks, likes::runtime::clock::now_ms())
         .await
         .unwrap();
     let mut run = fx::start(&settings, &topology);
@@ -703,7 +710,7 @@ async fn a_stage_2_started_during_a_rebuild_waits_for_it() {
         BTreeMap::new(),
         "stage 2 wrote counter rows during a rebuild"
     );
-    likes::cql::recorded::rebuild_done(&app.session, ks)
+    likes::store::recorded::rebuild_done(&app.session, ks)
         .await
         .unwrap();
     converge(&mut run, &settings, &app).await;

@@ -55,7 +55,7 @@ impl App {
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Arc<Self>> {
         let signer = auth::Signer::from_session_key(&settings.api.session_key)?;
         let session = cql::connect(&settings.cql).await?;
-        cql::recorded::check_buckets(&session, &settings.cql.keyspace, topology).await?;
+        crate::store::recorded::check_buckets(&session, &settings.cql.keyspace, topology).await?;
         cql::check_clock(&session).await?;
         let store = Arc::new(Stores::prepare(&session, &settings.cql.keyspace).await?);
         store.outbox.init_floors().await?;

@@ -225,7 +225,7 @@ fn refuse_past_horizon(
 }
 
 /// [`run`], after the checks that need the keyspace: a count-group replay must not cross a
-/// window change its window length does not divide (see `cql::recorded`).
+/// window change its window length does not divide (see `crate::store::recorded`).
 pub async fn run_checked(
     settings: &Settings,
     topology: &Topology,
@@ -239,8 +239,13 @@ pub async fn run_checked(
             Target::Earliest => 0,
             Target::Time(ms) => ms,
         };
-        crate::cql::recorded::check_count_replay(&session, &settings.cql.keyspace, topology, from)
-            .await?;
+        crate::store::recorded::check_count_replay(
+            &session,
+            &settings.cql.keyspace,
+            topology,
+            from,
+        )
+        .await?;
     }
     tokio::task::block_in_place(|| run(settings, topology, group, target))
 }

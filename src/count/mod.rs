@@ -78,7 +78,7 @@ impl Count {
         let dlq: BaseProducer<LogContext> =
             kafka::producer_config(&settings.kafka).create_with_context(LogContext)?;
         let session = cql::connect(&settings.cql).await?;
-        cql::recorded::check(&session, &settings.cql.keyspace, topology).await?;
+        crate::store::recorded::check(&session, &settings.cql.keyspace, topology).await?;
         let mut sink = Sink::new(
             session,
             &settings.cql.keyspace,
@@ -378,7 +378,7 @@ async fn wait_for_rebuild(
     let session = cql::connect(&settings.cql).await?;
     let ks = &settings.cql.keyspace;
     let mut said = std::time::Instant::now() - Duration::from_secs(60);
-    while let Some(since) = cql::recorded::rebuilding(&session, ks).await? {
+    while let Some(since) = crate::store::recorded::rebuilding(&session, ks).await? {
         if said.elapsed() >= Duration::from_secs(30) {
             warn!(rebuild_started_ms = since, "a counter-table rebuild is under way (or was killed before its end: run `likes rebuild` again); stage 2 waits for it");
             said = std::time::Instant::now();

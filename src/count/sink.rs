@@ -22,14 +22,12 @@ use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
 use scylla::client::session::Session;
-use scylla::statement::batch::{Batch, BatchType};
-use scylla::statement::prepared::PreparedStatement;
-use scylla::value::{CqlTimestamp, CqlValue, Row};
 use tracing::warn;
 
 use super::window::{ClosedWindow, Correction};
 use crate::error::{Error, Result};
 use crate::runtime::metrics as m;
+use crate::store::counts::{BatchValues, CounterRow, Fence};
 use crate::topology::Topology;
 
 /// What the sink did, cumulatively.
@@ -55,20 +53,11 @@ impl SinkStats {
     }
 }
 
-/// A counter row as last seen: (count, last_window, last_correction). last_correction is
-/// None when the row has none, or when the answer it came from did not carry it (a write that
-/// decides a correction always conditions on it, so a wrong None only fails that write).
-type Row2 = (i64, i64, Option<i64>);
-
 pub struct Sink {
     session: Arc<Session>,
-    insert: PreparedStatement,
-    update: PreparedStatement,
-    /// The update of a row whose write applies or refuses a correction: it also conditions
-    /// on, and sets, last_correction (the correction fence).
-    update_corrected: PreparedStatement,
+    fence: Fence,
     topology: Topology,
-    cache: HashMap<String, Row2>,
+    cache: HashMap<String, CounterRow>,
     max_in_flight: usize,
     batch_rows: usize,
     audit: Option<std::sync::Mutex<std::fs::File>>,
@@ -89,7 +78,7 @@ struct Job {
     /// row has (`after_ms` = the row's last_correction), and then becomes it.
     corrections: Vec<(i64, Correction)>,
     /// The row as last seen; `known` says whether `None` means "no row" or "not looked".
-    row: Option<Row2>,
+    row: Option<CounterRow>,
     known: bool,
     done: bool,
 }
@@ -110,7 +99,7 @@ struct Planned {
 /// The outcome of writing one shard.
 #[derive(Default)]
 struct Outcome {
-    rows: Vec<(String, Option<Row2>)>,
+    rows: Vec<(String, Option<CounterRow>)>,
     stats: SinkStats,
     /// (item, window end) of every window applied (not skipped by the fence).
     applied: Vec<(String, i64)>,
@@ -124,35 +113,9 @@ impl Sink {
         max_in_flight: usize,
         batch_rows: usize,
     ) -> Result<Self> {
-        let insert = session
-            .prepare(format!(
-                "INSERT INTO {keyspace}.like_counts \
-                 (shard, item_id, count, last_window, as_of, last_correction) \
-                 VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS"
-            ))
-            .await
-            .map_err(|e| Error::CqlTransient(format!("prepare like_counts insert: {e}")))?;
-        let update = session
-            .prepare(format!(
-                "UPDATE {keyspace}.like_counts SET count = ?, last_window = ?, as_of = ? \
-                 WHERE shard = ? AND item_id = ? IF count = ? AND last_window = ?"
-            ))
-            .await
-            .map_err(|e| Error::CqlTransient(format!("prepare like_counts update: {e}")))?;
-        let update_corrected = session
-            .prepare(format!(
-                "UPDATE {keyspace}.like_counts \
-                 SET count = ?, last_window = ?, as_of = ?, last_correction = ? \
-                 WHERE shard = ? AND item_id = ? \
-                 IF count = ? AND last_window = ? AND last_correction = ?"
-            ))
-            .await
-            .map_err(|e| Error::CqlTransient(format!("prepare like_counts update: {e}")))?;
         Ok(Self {
+            fence: Fence::prepare(&session, keyspace).await?,
             session,
-            insert,
-            update,
-            update_corrected,
             topology: topology.clone(),
             cache: HashMap::new(),
             max_in_flight: max_in_flight.max(1),
@@ -264,46 +227,31 @@ impl Sink {
             if planned.is_empty() {
                 return Ok(());
             }
-            let mut batch = Batch::new(BatchType::Unlogged);
-            let mut values: Vec<Vec<Option<CqlValue>>> = Vec::with_capacity(planned.len());
+            let (mut batch, mut values) = (Fence::batch(), BatchValues::new());
             for p in &planned {
                 let job = &jobs[p.job];
-                let as_of = Some(CqlValue::Timestamp(CqlTimestamp(p.top)));
-                let big = |v: i64| Some(CqlValue::BigInt(v));
-                let corr = p.last_correction.map(CqlValue::BigInt);
-                let key = [
-                    Some(CqlValue::Int(shard)),
-                    Some(CqlValue::Text(job.item.clone())),
-                ];
-                match job.row {
-                    None => {
-                        batch.append_statement(self.insert.clone());
-                        let mut v = key.to_vec();
-                        v.extend([big(p.next), big(p.top), as_of, corr]);
-                        values.push(v);
-                    }
-                    Some((count, last_window, was)) if !p.corrections.is_empty() => {
-                        batch.append_statement(self.update_corrected.clone());
-                        let mut v = vec![big(p.next), big(p.top), as_of, corr];
-                        v.extend(key);
-                        v.extend([big(count), big(last_window), was.map(CqlValue::BigInt)]);
-                        values.push(v);
-                    }
-                    Some((count, last_window, _)) => {
-                        batch.append_statement(self.update.clone());
-                        let mut v = vec![big(p.next), big(p.top), as_of];
-                        v.extend(key);
-                        v.extend([big(count), big(last_window)]);
-                        values.push(v);
-                    }
-                }
+                let to = CounterRow {
+                    count: p.next,
+                    last_window: p.top,
+                    last_correction: p.last_correction,
+                };
+                let correcting = !p.corrections.is_empty();
+                self.fence.append(
+                    &mut batch,
+                    &mut values,
+                    shard,
+                    &job.item,
+                    job.row,
+                    to,
+                    p.top,
+                    correcting,
+                );
             }
             out.stats.lwts += 1;
             // The audit trail records the batch before it is sent and its outcome after, so
             // a kill while it is in flight leaves it "unknown" rather than lost (see `audit`).
             let audited = self.audit_planned(shard, jobs, &planned)?;
-            let answer = self.session.batch(&batch, values).await?;
-            let outcome = batch_answer(answer)?;
+            let outcome = Fence::send(&self.session, &batch, values).await?;
             if let Some(id) = audited {
                 let verdict = if outcome.is_none() { "A" } else { "F" };
                 self.audit(&format!("{verdict}\t{id}\n"))?;
@@ -332,7 +280,11 @@ impl Sink {
                         }
                         out.applied
                             .extend(p.fresh.iter().map(|&(w, _, _)| (job.item.clone(), w)));
-                        job.row = Some((p.next, p.top, p.last_correction));
+                        job.row = Some(CounterRow {
+                            count: p.next,
+                            last_window: p.top,
+                            last_correction: p.last_correction,
+                        });
                         job.done = true;
                     }
                 }
@@ -360,7 +312,7 @@ fn plan(jobs: &mut [Job], stats: &mut SinkStats) -> Vec<Planned> {
         if job.done {
             continue;
         }
-        let last = job.row.map(|r| r.1).unwrap_or(i64::MIN);
+        let last = job.row.map(|r| r.last_window).unwrap_or(i64::MIN);
         let fresh: Vec<(i64, i64, i64)> = job
             .pending
             .range(last.saturating_add(1)..)
@@ -378,7 +330,7 @@ fn plan(jobs: &mut [Job], stats: &mut SinkStats) -> Vec<Planned> {
         // earlier cut cannot take a later correction out of its count at the cut (the
         // correction sits after that cut), so it would see a false drift (issue 23, two
         // reconcile runs at once). Refused, reconcile tries the item again at a later cut.
-        let mut last_correction = job.row.and_then(|r| r.2);
+        let mut last_correction = job.row.and_then(|r| r.last_correction);
         let mut corrections = Vec::new();
         for (w, c) in &job.corrections {
             if *w <= last {
@@ -393,7 +345,7 @@ fn plan(jobs: &mut [Job], stats: &mut SinkStats) -> Vec<Planned> {
             corrections.push((c.id.clone(), c.delta, applies));
         }
         let top = fresh.last().map(|&(w, _, _)| w).unwrap_or(last);
-        let next = job.row.map(|r| r.0).unwrap_or(0).saturating_add(n);
+        let next = job.row.map(|r| r.count).unwrap_or(0).saturating_add(n);
         planned.push(Planned {
             job: i,
             next,
@@ -450,41 +402,19 @@ impl Sink {
     }
 }
 
-/// `None` when the batch applied; otherwise the rows as the database has them, by item
-/// (an item without a row there has no row, or a row without a count).
-fn batch_answer(
-    result: scylla::response::query_result::QueryResult,
-) -> Result<Option<HashMap<String, Row2>>> {
-    let rows = result.into_rows_result()?;
-    let names = crate::cql::column_names(&rows);
-    let at = |name: &str| names.iter().position(|n| n == name);
-    let (item, count, last) = (at("item_id"), at("count"), at("last_window"));
-    let corrected = at("last_correction");
-    let mut current = HashMap::new();
-    for row in rows.rows::<Row>()? {
-        let row = row?;
-        let col = |i: Option<usize>| i.and_then(|i| row.columns.get(i).cloned().flatten());
-        if crate::records::lwt_applied(&names, &row.columns) == Some(true) {
-            return Ok(None);
-        }
-        if let (Some(CqlValue::Text(i)), Some(CqlValue::BigInt(c)), Some(CqlValue::BigInt(w))) =
-            (col(item), col(count), col(last))
-        {
-            let corr = match col(corrected) {
-                Some(CqlValue::BigInt(v)) => Some(v),
-                _ => None,
-            };
-            current.insert(i, (c, w, corr));
-        }
-    }
-    Ok(Some(current))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn job(pending: &[(i64, i64)], row: Option<Row2>, known: bool) -> Job {
+    fn row(count: i64, last_window: i64, last_correction: Option<i64>) -> Option<CounterRow> {
+        Some(CounterRow {
+            count,
+            last_window,
+            last_correction,
+        })
+    }
+
+    fn job(pending: &[(i64, i64)], row: Option<CounterRow>, known: bool) -> Job {
         Job {
             item: "i".into(),
             pending: pending.iter().map(|&(w, d)| (w, (d, w - 500))).collect(),
@@ -511,7 +441,7 @@ mod tests {
         // The row has applied up to window 2000: only 3000 is new.
         let mut jobs = [job(
             &[(1_000, 2), (2_000, 3), (3_000, 4)],
-            Some((10, 2_000, None)),
+            row(10, 2_000, None),
             true,
         )];
         let p = plan(&mut jobs, &mut stats);
@@ -522,7 +452,7 @@ mod tests {
     #[test]
     fn a_known_row_past_every_window_is_done_without_a_write() {
         let mut stats = SinkStats::default();
-        let mut jobs = [job(&[(1_000, 2), (2_000, 3)], Some((5, 2_000, None)), true)];
+        let mut jobs = [job(&[(1_000, 2), (2_000, 3)], row(5, 2_000, None), true)];
         assert!(plan(&mut jobs, &mut stats).is_empty());
         assert!(jobs[0].done);
         assert_eq!(
@@ -535,7 +465,7 @@ mod tests {
     fn an_unknown_row_is_always_written_so_its_answer_tells_the_truth() {
         // Not looked up yet: even with nothing fresh past a guessed row, the CAS is sent.
         let mut stats = SinkStats::default();
-        let mut jobs = [job(&[(1_000, 2)], Some((2, 1_000, None)), false)];
+        let mut jobs = [job(&[(1_000, 2)], row(2, 1_000, None), false)];
         let p = plan(&mut jobs, &mut stats);
         assert_eq!(p.len(), 1);
         assert_eq!((p[0].next, p[0].top, p[0].fresh.len()), (2, 1_000, 0));
@@ -544,18 +474,18 @@ mod tests {
     #[test]
     fn a_negative_sum_is_kept_and_flagged_so_a_later_plus_one_restores_it() {
         let mut stats = SinkStats::default();
-        let mut jobs = [job(&[(2_000, -3)], Some((1, 1_000, None)), true)];
+        let mut jobs = [job(&[(2_000, -3)], row(1, 1_000, None), true)];
         let p = plan(&mut jobs, &mut stats);
         assert_eq!(p[0].next, -2, "the true sum, not 0");
         assert!(p[0].clamped);
         // The like whose unlike came first: back to the exact count.
-        let mut jobs = [job(&[(3_000, 3)], Some((-2, 2_000, None)), true)];
+        let mut jobs = [job(&[(3_000, 3)], row(-2, 2_000, None), true)];
         let p = plan(&mut jobs, &mut stats);
         assert_eq!(p[0].next, 1);
         assert!(!p[0].clamped);
     }
 
-    fn corrected(row: Option<Row2>, corrections: &[(i64, i64, i64, i64)]) -> Job {
+    fn corrected(row: Option<CounterRow>, corrections: &[(i64, i64, i64, i64)]) -> Job {
         let mut j = job(&[], row, true);
         for &(w, delta, cut, after) in corrections {
             j.pending.insert(w, (0, w - 500));
@@ -575,7 +505,7 @@ mod tests {
     #[test]
     fn a_correction_applies_after_the_one_it_was_computed_after_and_becomes_it() {
         let mut stats = SinkStats::default();
-        let mut jobs = [corrected(Some((10, 1_000, None)), &[(2_000, 3, 7_000, 0)])];
+        let mut jobs = [corrected(row(10, 1_000, None), &[(2_000, 3, 7_000, 0)])];
         let p = plan(&mut jobs, &mut stats);
         assert_eq!((p[0].next, p[0].last_correction), (13, Some(7_000)));
         assert_eq!(p[0].corrections, [("c7000".to_string(), 3, true)]);
@@ -586,7 +516,7 @@ mod tests {
         let mut stats = SinkStats::default();
         // The same correction twice in a row: the second follows 0, the row now has 7000.
         let mut jobs = [corrected(
-            Some((10, 1_000, None)),
+            row(10, 1_000, None),
             &[(2_000, 3, 7_000, 0), (3_000, 3, 7_000, 0)],
         )];
         let p = plan(&mut jobs, &mut stats);
@@ -594,7 +524,7 @@ mod tests {
         assert_eq!(p[0].corrections[1], ("c7000".to_string(), 3, false));
         // A copy arriving after the row took it: refused, the window still moves.
         let mut jobs = [corrected(
-            Some((13, 2_000, Some(7_000))),
+            row(13, 2_000, Some(7_000)),
             &[(3_000, 3, 7_000, 0)],
         )];
         let p = plan(&mut jobs, &mut stats);
@@ -608,7 +538,7 @@ mod tests {
     fn a_correction_from_an_earlier_cut_than_the_rows_last_is_refused() {
         let mut stats = SinkStats::default();
         let mut jobs = [corrected(
-            Some((13, 2_000, Some(9_000))),
+            row(13, 2_000, Some(9_000)),
             &[(3_000, -3, 7_000, 9_000)],
         )];
         let p = plan(&mut jobs, &mut stats);
@@ -616,7 +546,7 @@ mod tests {
         assert_eq!(p[0].corrections, [("c7000".to_string(), -3, false)]);
         // The same run's correction from a later cut applies.
         let mut jobs = [corrected(
-            Some((13, 2_000, Some(9_000))),
+            row(13, 2_000, Some(9_000)),
             &[(3_000, -3, 11_000, 9_000)],
         )];
         let p = plan(&mut jobs, &mut stats);
@@ -627,7 +557,7 @@ mod tests {
     fn a_replayed_correction_bounces_off_the_window_fence() {
         let mut stats = SinkStats::default();
         let mut jobs = [corrected(
-            Some((13, 2_000, Some(7_000))),
+            row(13, 2_000, Some(7_000)),
             &[(2_000, 3, 7_000, 0)],
         )];
         assert!(plan(&mut jobs, &mut stats).is_empty());

@@ -2,7 +2,6 @@
 //!
 //! Only CQL that both Apache Cassandra (dev, CI) and ScyllaDB (production) accept is used.
 
-pub mod recorded;
 pub mod schema;
 
 use std::sync::Arc;

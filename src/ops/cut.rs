@@ -35,6 +35,7 @@ use crate::config::Settings;
 use crate::count::{decode_record, Input};
 use crate::error::{Error, Result};
 use crate::runtime::clock::now_ms;
+use crate::store::counts::CounterRow;
 use crate::store::outbox::{outbox_minute, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
 use crate::store::request_keys::Remembered;
 use crate::store::Stores;
@@ -151,14 +152,12 @@ pub async fn retry_transient<T>(
     }
 }
 
-/// An item's counter row: (count, last_window, last_correction).
-pub type CountRow = (i64, Option<i64>, Option<i64>);
-
 /// What one item looks like at a cut.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemAtCut {
     pub item: String,
-    pub row: CountRow,
+    /// Its counter row (None: none yet).
+    pub row: Option<CounterRow>,
     /// Deltas at or after K that the row has applied.
     pub applied_since: i64,
     /// LIKED edges at K; Err(user) when that user's edge makes the item in flight.
@@ -167,7 +166,7 @@ pub struct ItemAtCut {
 
 impl ItemAtCut {
     pub fn count_at_cut(&self) -> i64 {
-        self.row.0 - self.applied_since
+        self.row.map_or(0, |r| r.count) - self.applied_since
     }
 
     /// Count at K minus LIKED edges at K; None when in flight.
@@ -183,14 +182,13 @@ pub struct Pipeline {
     pub session: Arc<Session>,
     pub stores: Stores,
     scan_item: PreparedStatement,
-    count_row: PreparedStatement,
     kafka: BaseConsumer,
 }
 
 impl Pipeline {
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Self> {
         let session = crate::cql::connect(&settings.cql).await?;
-        crate::cql::recorded::check(&session, &settings.cql.keyspace, topology).await?;
+        crate::store::recorded::check(&session, &settings.cql.keyspace, topology).await?;
         let ks = &settings.cql.keyspace;
         let stores = Stores::prepare(&session, ks).await?;
         let mut scan_item = crate::store::prepare(
@@ -204,15 +202,6 @@ impl Pipeline {
         // SERIAL: a Paxos round left half-done by a crashed writer is finished (or dropped)
         // before the row is read, so no flip stamped before K can appear after the recount.
         scan_item.set_consistency(Consistency::Serial);
-        let mut count_row = crate::store::prepare(
-            &session,
-            format!(
-                "SELECT count, last_window, last_correction FROM {ks}.like_counts \
-                 WHERE shard = ? AND item_id = ?"
-            ),
-        )
-        .await?;
-        count_row.set_consistency(Consistency::Serial);
         let kafka: BaseConsumer = crate::kafka::client_config(&settings.kafka)
             .set(
                 "group.id",
@@ -227,7 +216,6 @@ impl Pipeline {
             session,
             stores,
             scan_item,
-            count_row,
             kafka,
         })
     }
@@ -412,15 +400,9 @@ impl Pipeline {
     }
 
     /// An item's counter row, read at SERIAL.
-    pub async fn count_row(&self, item: &str) -> Result<CountRow> {
+    pub async fn count_row(&self, item: &str) -> Result<Option<CounterRow>> {
         let shard = self.topology.counter_shard(item);
-        let row = self
-            .session
-            .execute_unpaged(&self.count_row, (shard, item))
-            .await?
-            .into_rows_result()?
-            .maybe_first_row::<(Option<i64>, Option<i64>, Option<i64>)>()?;
-        Ok(row.map_or((0, None, None), |(c, w, l)| (c.unwrap_or(0), w, l)))
+        self.stores.counts.row(shard, item).await
     }
 
     /// LIKED edges of `item` at `k`, bucket by bucket at SERIAL; Err(user) for an edge in
@@ -455,7 +437,7 @@ impl Pipeline {
     /// below `last_window`), read from the deltas log from `k - SKEW_MS`.
     pub fn applied_since(
         &self,
-        rows: &HashMap<String, CountRow>,
+        rows: &HashMap<String, Option<CounterRow>>,
         k: i64,
     ) -> Result<HashMap<String, i64>> {
         let topic = self.settings.topic(&self.topology.topics.deltas.name);
@@ -463,7 +445,7 @@ impl Pipeline {
         let n = ends.len() as u32;
         let mut by_partition: HashMap<i32, HashMap<&str, i64>> = HashMap::new();
         for (item, row) in rows {
-            if let Some(w) = row.1 {
+            if let Some(w) = row.map(|r| r.last_window) {
                 let p = crate::hash::partition_for(item.as_bytes(), n) as i32;
                 by_partition.entry(p).or_default().insert(item, w);
             }
@@ -580,7 +562,7 @@ impl Pipeline {
     pub async fn items_at(&self, items: &[String], k: i64) -> Result<Vec<ItemAtCut>> {
         use futures::stream::{self, StreamExt, TryStreamExt};
         let n = self.settings.ops.recount_concurrency;
-        let rows: HashMap<String, CountRow> = stream::iter(items)
+        let rows: HashMap<String, Option<CounterRow>> = stream::iter(items)
             .map(|item| async move { Ok::<_, Error>((item.clone(), self.count_row(item).await?)) })
             .buffer_unordered(n)
             .try_collect()

@@ -145,7 +145,7 @@ impl std::fmt::Display for DriftReport {
                 f,
                 "{:<32} {:>10} {:>12} {:>10} {:>8}  {note}",
                 i.item,
-                i.row.0,
+                i.row.map_or(0, |r| r.count),
                 i.count_at_cut(),
                 edges,
                 drift

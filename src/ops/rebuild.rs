@@ -30,6 +30,7 @@ use super::cut::{self, Pipeline};
 use super::progress::Progress;
 use crate::count::Input;
 use crate::error::{Error, Result};
+use crate::store::counts::CounterRow;
 
 #[derive(Debug)]
 pub struct RebuildReport {
@@ -60,9 +61,10 @@ pub async fn run(p: &Pipeline) -> Result<RebuildReport> {
     // From here until the end, a stage 2 that starts waits (a killed rebuild leaves the
     // record: running it again to its end clears it).
     let ks = &p.settings.cql.keyspace;
-    crate::cql::recorded::mark_rebuilding(&p.session, ks, crate::runtime::clock::now_ms()).await?;
+    crate::store::recorded::mark_rebuilding(&p.session, ks, crate::runtime::clock::now_ms())
+        .await?;
     let report = rebuild(p, &group).await?;
-    crate::cql::recorded::rebuild_done(&p.session, ks).await?;
+    crate::store::recorded::rebuild_done(&p.session, ks).await?;
     Ok(report)
 }
 
@@ -232,30 +234,25 @@ async fn write_row(
     count: i64,
     w0: i64,
     k: i64,
-    mut seen: cut::CountRow,
+    mut seen: Option<CounterRow>,
 ) -> Result<()> {
-    let ks = &p.settings.cql.keyspace;
     let shard = p.topology.counter_shard(item);
+    // The row at the cut, with the cut as its last correction: a correction computed before
+    // the rebuild is refused by the correction fence.
+    let to = CounterRow {
+        count,
+        last_window: w0,
+        last_correction: Some(k),
+    };
+    let fence = &p.stores.counts.fence;
     for _ in 0..10 {
-        let r = if seen == (0, None, None) {
-            p.session
-                .query_unpaged(
-                    format!("INSERT INTO {ks}.like_counts (shard, item_id, count, last_window, as_of, last_correction) VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS"),
-                    (shard, item, count, w0, CqlTimestamp(k), k),
-                )
-                .await?
-        } else {
-            p.session
-                .query_unpaged(
-                    format!("UPDATE {ks}.like_counts SET count = ?, last_window = ?, as_of = ?, last_correction = ? WHERE shard = ? AND item_id = ? IF count = ? AND last_window = ?"),
-                    (count, w0, CqlTimestamp(k), k, shard, item, seen.0, seen.1),
-                )
-                .await?
-        };
-        if crate::store::not_applied(r)?.is_none() {
-            return Ok(());
+        match fence
+            .write_one(&p.session, shard, item, seen, to, k, true)
+            .await?
+        {
+            Ok(()) => return Ok(()),
+            Err(now) => seen = now,
         }
-        seen = p.count_row(item).await?;
     }
     Err(Error::CqlTransient(format!(
         "like_counts row of {item} kept changing during the rebuild: is stage 2 running?"

@@ -150,7 +150,7 @@ pub async fn run(
                         correction_id: id.clone(),
                         reason: reason.to_string(),
                         snapshot_time_ms: tag,
-                        after_snapshot_time_ms: v.row.2.unwrap_or(0),
+                        after_snapshot_time_ms: v.row.and_then(|r| r.last_correction).unwrap_or(0),
                     })),
                 }
                 .encode_to_vec();
@@ -175,7 +175,7 @@ pub async fn run(
             p.wait_counted().await?;
             for c in &mut sent {
                 let row = p.count_row(&c.item).await?;
-                let applied = row.2 == Some(tag);
+                let applied = row.and_then(|r| r.last_correction) == Some(tag);
                 if !applied {
                     // Another run's correction landed first (or one from a later cut): this
                     // recount is stale. The item is recounted at the next, later cut.

@@ -8,6 +8,7 @@ pub mod edges;
 pub mod erasures;
 pub mod events;
 pub mod outbox;
+pub mod recorded;
 pub mod request_keys;
 pub mod retractions;
 

@@ -133,7 +133,7 @@ impl Writer {
     /// stores and producer, after the same start checks as the API.
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<(Self, Arc<Session>)> {
         let session = crate::cql::connect(&settings.cql).await?;
-        crate::cql::recorded::check_buckets(&session, &settings.cql.keyspace, topology).await?;
+        crate::store::recorded::check_buckets(&session, &settings.cql.keyspace, topology).await?;
         crate::cql::check_clock(&session).await?;
         let store = Arc::new(Stores::prepare(&session, &settings.cql.keyspace).await?);
         store.outbox.init_floors().await?;

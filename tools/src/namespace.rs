@@ -26,7 +26,7 @@ pub async fn create(
     cmd::migrate::run(&session, &settings.cql)
         .await
         .context("a keyspace from an older version? `make stack-reset` wipes the stack")?;
-    let said = cql::recorded::record(
+    let said = likes::store::recorded::record(
         &session,
         &settings.cql.keyspace,
         topology,
