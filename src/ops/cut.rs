@@ -26,9 +26,6 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use scylla::client::session::Session;
-use scylla::statement::prepared::PreparedStatement;
-use scylla::statement::Consistency;
-use scylla::value::CqlTimestamp;
 use tracing::info;
 
 use crate::config::Settings;
@@ -36,6 +33,7 @@ use crate::count::{decode_record, Input};
 use crate::error::{Error, Result};
 use crate::runtime::clock::now_ms;
 use crate::store::counts::CounterRow;
+use crate::store::edge_history::EdgeHistory;
 use crate::store::outbox::{outbox_minute, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
 use crate::store::request_keys::Remembered;
 use crate::store::Stores;
@@ -109,26 +107,9 @@ pub fn liked_at(
     Some(state_of(before))
 }
 
-/// An edge's history as stored: state, op_id, updated_at, prev_at, recent_keys.
-pub type StoredHistory = (
-    Option<i8>,
-    Option<i64>,
-    Option<CqlTimestamp>,
-    Option<CqlTimestamp>,
-    Option<BTreeMap<i32, String>>,
-);
-
 /// [`liked_at`] of an edge as the scans read it.
-pub fn stored_liked_at(h: StoredHistory, k: i64) -> Option<bool> {
-    let (state, op, at, prev, keys) = h;
-    liked_at(
-        state == Some(crate::schema::v1::EdgeState::Liked as i8),
-        op.unwrap_or(0),
-        at.map_or(0, |t| t.0),
-        prev.map_or(0, |t| t.0),
-        &keys.unwrap_or_default(),
-        k,
-    )
+pub fn history_liked_at(h: &EdgeHistory, k: i64) -> Option<bool> {
+    liked_at(h.liked, h.op_id, h.updated_at_ms, h.prev_at_ms, &h.keys, k)
 }
 
 /// Runs `f` until it succeeds, retrying an error worth retrying (a broker or database
@@ -181,7 +162,6 @@ pub struct Pipeline {
     pub topology: Topology,
     pub session: Arc<Session>,
     pub stores: Stores,
-    scan_item: PreparedStatement,
     kafka: BaseConsumer,
 }
 
@@ -191,17 +171,6 @@ impl Pipeline {
         crate::store::recorded::check(&session, &settings.cql.keyspace, topology).await?;
         let ks = &settings.cql.keyspace;
         let stores = Stores::prepare(&session, ks).await?;
-        let mut scan_item = crate::store::prepare(
-            &session,
-            format!(
-                "SELECT user_id, state, op_id, updated_at, prev_at, recent_keys FROM {ks}.edges \
-                 WHERE item_id = ? AND bucket = ?"
-            ),
-        )
-        .await?;
-        // SERIAL: a Paxos round left half-done by a crashed writer is finished (or dropped)
-        // before the row is read, so no flip stamped before K can appear after the recount.
-        scan_item.set_consistency(Consistency::Serial);
         let kafka: BaseConsumer = crate::kafka::client_config(&settings.kafka)
             .set(
                 "group.id",
@@ -215,7 +184,6 @@ impl Pipeline {
             topology: topology.clone(),
             session,
             stores,
-            scan_item,
             kafka,
         })
     }
@@ -410,20 +378,9 @@ impl Pipeline {
     pub async fn recount(&self, item: &str, k: i64) -> Result<std::result::Result<i64, String>> {
         let mut liked = 0;
         for bucket in 0..self.topology.buckets as i32 {
-            let mut rows = self
-                .session
-                .execute_iter(self.scan_item.clone(), (item, bucket))
-                .await?
-                .rows_stream::<(
-                    String,
-                    Option<i8>,
-                    Option<i64>,
-                    Option<CqlTimestamp>,
-                    Option<CqlTimestamp>,
-                    Option<BTreeMap<i32, String>>,
-                )>()?;
-            while let Some((user, state, op, at, prev, keys)) = rows.try_next().await? {
-                match stored_liked_at((state, op, at, prev, keys), k) {
+            let mut rows = self.stores.histories.of_bucket(item, bucket).await?;
+            while let Some((user, history)) = rows.try_next().await? {
+                match history_liked_at(&history, k) {
                     Some(true) => liked += 1,
                     Some(false) => {}
                     None => return Ok(Err(user)),
@@ -597,25 +554,8 @@ impl Pipeline {
     /// dead-lettered or lost before it was ever counted (issue 23, item 6).
     pub async fn random_edge_items(&self, n: usize) -> Result<Vec<String>> {
         use futures::stream::{self, StreamExt, TryStreamExt};
-        let ks = &self.settings.cql.keyspace;
-        let st = crate::store::prepare(
-            &self.session,
-            format!("SELECT item_id FROM {ks}.edges WHERE token(item_id, bucket) >= ? LIMIT 1"),
-        )
-        .await?;
         let found: Vec<Option<String>> = stream::iter(0..n)
-            .map(|_| {
-                let st = &st;
-                async move {
-                    let token: i64 = rand::random();
-                    let rows = self
-                        .session
-                        .execute_unpaged(st, (token,))
-                        .await?
-                        .into_rows_result()?;
-                    Ok::<_, Error>(rows.maybe_first_row::<(String,)>()?.map(|r| r.0))
-                }
-            })
+            .map(|_| self.stores.histories.item_at_token(rand::random()))
             .buffer_unordered(self.settings.ops.recount_concurrency)
             .try_collect()
             .await?;
@@ -625,19 +565,7 @@ impl Pipeline {
 
     /// Every item that has an edge or a counter row.
     pub async fn all_items(&self) -> Result<Vec<String>> {
-        let ks = &self.settings.cql.keyspace;
-        let mut items = std::collections::BTreeSet::new();
-        let mut rows = self
-            .session
-            .query_iter(
-                format!("SELECT DISTINCT item_id, bucket FROM {ks}.edges"),
-                (),
-            )
-            .await?
-            .rows_stream::<(String, i32)>()?;
-        while let Some((item, _)) = rows.try_next().await? {
-            items.insert(item);
-        }
+        let mut items = self.stores.histories.items().await?;
         items.extend(self.stores.counts.all().await?.into_keys());
         Ok(items.into_iter().collect())
     }

@@ -22,8 +22,6 @@ use std::collections::{BTreeMap, HashMap};
 use futures::TryStreamExt;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use scylla::statement::Consistency;
-use scylla::value::CqlTimestamp;
 use tracing::{info, warn};
 
 use super::cut::{self, Pipeline};
@@ -120,25 +118,11 @@ async fn recount_all(
     p: &Pipeline,
     k: i64,
 ) -> Result<std::result::Result<BTreeMap<String, i64>, (String, String)>> {
-    let ks = &p.settings.cql.keyspace;
-    let mut q = scylla::statement::unprepared::Statement::new(format!(
-        "SELECT item_id, user_id, state, op_id, updated_at, prev_at, recent_keys FROM {ks}.edges"
-    ));
-    q.set_consistency(Consistency::Quorum);
-    q.set_page_size(2000);
-    let mut rows = p.session.query_iter(q, ()).await?.rows_stream::<(
-        String,
-        String,
-        Option<i8>,
-        Option<i64>,
-        Option<CqlTimestamp>,
-        Option<CqlTimestamp>,
-        Option<BTreeMap<i32, String>>,
-    )>()?;
+    let mut rows = p.stores.histories.all().await?;
     let mut out = BTreeMap::new();
     let mut progress = Progress::new("edges recounted", None);
-    while let Some((item, user, state, op, at, prev, keys)) = rows.try_next().await? {
-        match cut::stored_liked_at((state, op, at, prev, keys), k) {
+    while let Some((item, user, history)) = rows.try_next().await? {
+        match cut::history_liked_at(&history, k) {
             Some(l) => *out.entry(item).or_insert(0) += i64::from(l),
             None => return Ok(Err((item, user))),
         }

@@ -1,9 +1,11 @@
-//! Typed access to what the API and the relay read and write: the CQL tables (edges, outbox,
-//! counts, retractions; request keys live on the edge rows) with their statements prepared once at start, and the
-//! events topic. Each process takes the stores it uses: the relay needs the outbox, the edges
-//! and the events, never a session key.
+//! Every table's CQL, and the events topic: typed access to the edges (with their request keys
+//! and history), the users' index, the outbox, the counter rows and their fence, retractions,
+//! erasures and the topology record, with statements prepared once at start. Each process
+//! takes the stores it uses: the relay needs the outbox, the edges and the events, never a
+//! session key. Serial consistency is set once, where the session is built (cql/mod.rs).
 
 pub mod counts;
+pub mod edge_history;
 pub mod edges;
 pub mod erasures;
 pub mod events;
@@ -51,6 +53,7 @@ pub struct Stores {
     pub counts: counts::Counts,
     pub retractions: retractions::Retractions,
     pub erasures: erasures::Erasures,
+    pub histories: edge_history::EdgeHistories,
 }
 
 impl Stores {
@@ -61,6 +64,7 @@ impl Stores {
             counts: counts::Counts::prepare(session.clone(), ks).await?,
             retractions: retractions::Retractions::prepare(session.clone(), ks).await?,
             erasures: erasures::Erasures::prepare(session.clone(), ks).await?,
+            histories: edge_history::EdgeHistories::prepare(session.clone(), ks).await?,
         })
     }
 }
