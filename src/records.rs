@@ -5,7 +5,9 @@
 use prost::Message as _;
 
 use crate::hash;
-use crate::schema::v1::{ClientPlatform, EdgeState, LikeEvent, Source};
+use crate::schema::v1::{
+    self, delta_record, ClientPlatform, Delta, DeltaRecord, EdgeState, LikeEvent, Source, Tick,
+};
 
 /// How many flip times before the previous one an event carries and the edge row keeps
 /// (`earlier_event_times_ms`, `edges.earlier_at`): with the previous flip's, 16 in all.
@@ -68,6 +70,144 @@ impl Flip<'_> {
     }
 }
 
+/// How many flips a delta record combines, and their mean event time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Weight {
+    pub events: u64,
+    pub mean_event_time_ms: i64,
+}
+
+impl Weight {
+    /// One flip at `at_ms` (a correction, a test record).
+    pub fn one(at_ms: i64) -> Weight {
+        Weight {
+            events: 1,
+            mean_event_time_ms: at_ms,
+        }
+    }
+}
+
+/// A reconcile correction, as stage 2 applies it: through the window fence like any delta
+/// of its window, and through the correction fence (`cut_ms` follows `after_ms`, see
+/// sink.rs), so a correction sent twice or overtaken by a newer recount is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Correction {
+    pub id: String,
+    pub delta: i64,
+    pub cut_ms: i64,
+    pub after_ms: i64,
+}
+
+/// The `likes.deltas` value of stage 1's sum for one item and second.
+pub fn delta_value(item: &str, delta: i64, event_time_ms: i64, weight: Weight) -> Vec<u8> {
+    DeltaRecord {
+        record: Some(delta_record::Record::Delta(Delta {
+            item_id: item.to_string(),
+            delta,
+            event_time_ms,
+            events: weight.events.min(u64::from(u32::MAX)) as u32,
+            mean_event_time_ms: weight.mean_event_time_ms,
+        })),
+    }
+    .encode_to_vec()
+}
+
+/// The `likes.deltas` value of a tick: stage 1's log clock moving on every partition.
+pub fn tick_value(produced_at_ms: i64) -> Vec<u8> {
+    DeltaRecord {
+        record: Some(delta_record::Record::Tick(Tick { produced_at_ms })),
+    }
+    .encode_to_vec()
+}
+
+/// The `likes.deltas` value of a reconcile correction of `item`.
+pub fn correction_value(item: &str, c: &Correction, reason: &str) -> Vec<u8> {
+    DeltaRecord {
+        record: Some(delta_record::Record::Correction(v1::Correction {
+            item_id: item.to_string(),
+            delta: c.delta,
+            correction_id: c.id.clone(),
+            reason: reason.to_string(),
+            snapshot_time_ms: c.cut_ms,
+            after_snapshot_time_ms: c.after_ms,
+        })),
+    }
+    .encode_to_vec()
+}
+
+/// The most a single record may move a count: stage 1 emits at most one per event of a
+/// batch, and a correction at most an item's likes. Beyond it a record is corrupt or hostile,
+/// and summing it could overflow a window's total.
+pub const MAX_ABS_DELTA: i64 = 1 << 40;
+
+/// One record of `likes.deltas`, decoded and validated (stage 2 applies it; the operations
+/// jobs read it to tell what a counter row has applied).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeltaInput {
+    Delta {
+        item: String,
+        delta: i64,
+        event_time_ms: i64,
+        /// The flips combined and their mean event time (staleness per event).
+        weight: Weight,
+    },
+    Correction {
+        item: String,
+        reason: String,
+        correction: Correction,
+    },
+    Tick,
+}
+
+/// Decodes a `likes.deltas` value; a reason when it is not one stage 2 may apply (a dead
+/// letter).
+pub fn decode_deltas(payload: Option<&[u8]>) -> std::result::Result<DeltaInput, String> {
+    let v = payload.ok_or_else(|| "record has no value".to_string())?;
+    let r = DeltaRecord::decode(v).map_err(|e| format!("undecodable DeltaRecord: {e}"))?;
+    let check = |item: &str, delta: i64| -> std::result::Result<(), String> {
+        if item.is_empty() || item.len() > MAX_ID_BYTES {
+            return Err(format!("item_id must be 1-{} bytes", MAX_ID_BYTES));
+        }
+        if delta.unsigned_abs() > MAX_ABS_DELTA as u64 {
+            return Err(format!("delta {delta} is beyond ±{MAX_ABS_DELTA}"));
+        }
+        Ok(())
+    };
+    match r.record {
+        Some(delta_record::Record::Delta(d)) => {
+            check(&d.item_id, d.delta)?;
+            Ok(DeltaInput::Delta {
+                weight: Weight {
+                    events: u64::from(d.events.max(1)),
+                    mean_event_time_ms: if d.mean_event_time_ms == 0 {
+                        d.event_time_ms
+                    } else {
+                        d.mean_event_time_ms
+                    },
+                },
+                item: d.item_id,
+                delta: d.delta,
+                event_time_ms: d.event_time_ms,
+            })
+        }
+        Some(delta_record::Record::Correction(c)) => {
+            check(&c.item_id, c.delta)?;
+            Ok(DeltaInput::Correction {
+                item: c.item_id,
+                reason: c.reason,
+                correction: Correction {
+                    id: c.correction_id,
+                    delta: c.delta,
+                    cut_ms: c.snapshot_time_ms,
+                    after_ms: c.after_snapshot_time_ms,
+                },
+            })
+        }
+        Some(delta_record::Record::Tick(_)) => Ok(DeltaInput::Tick),
+        None => Err("DeltaRecord holds no record".into()),
+    }
+}
+
 /// The answer a CQL conditional write (LWT) gives: `Some(true)` when the `[applied]` column
 /// says it applied, `Some(false)` when it did not, `None` when the result has no such column.
 pub fn lwt_applied(names: &[String], row: &[Option<scylla::value::CqlValue>]) -> Option<bool> {
@@ -106,5 +246,54 @@ mod tests {
             flip.event(8).bucket < 8,
             "the bucket is taken among the count given"
         );
+    }
+
+    #[test]
+    fn a_delta_beyond_the_bound_is_refused_not_summed() {
+        let rec = |delta| delta_value("i", delta, 1, Weight::one(1));
+        assert!(decode_deltas(Some(&rec(i64::MAX))).is_err());
+        assert!(decode_deltas(Some(&rec(-MAX_ABS_DELTA - 1))).is_err());
+        assert!(decode_deltas(Some(&rec(3))).is_ok());
+        assert!(decode_deltas(None).is_err());
+    }
+
+    #[test]
+    fn a_delta_from_a_writer_without_the_mean_weighs_one_flip_at_its_earliest_time() {
+        let old = DeltaRecord {
+            record: Some(delta_record::Record::Delta(Delta {
+                item_id: "i".into(),
+                delta: 2,
+                event_time_ms: 1_000,
+                events: 0,
+                mean_event_time_ms: 0,
+            })),
+        }
+        .encode_to_vec();
+        match decode_deltas(Some(&old)) {
+            Ok(DeltaInput::Delta { weight, .. }) => assert_eq!(weight, Weight::one(1_000)),
+            _ => panic!("a delta"),
+        }
+    }
+
+    #[test]
+    fn a_correction_round_trips() {
+        let c = Correction {
+            id: "c1".into(),
+            delta: -2,
+            cut_ms: 5_000,
+            after_ms: 4_000,
+        };
+        match decode_deltas(Some(&correction_value("i", &c, "drift"))) {
+            Ok(DeltaInput::Correction {
+                item,
+                reason,
+                correction,
+            }) => assert_eq!(
+                (item.as_str(), reason.as_str(), correction),
+                ("i", "drift", c)
+            ),
+            other => panic!("a correction: {other:?}"),
+        }
+        assert_eq!(decode_deltas(Some(&tick_value(9))), Ok(DeltaInput::Tick));
     }
 }

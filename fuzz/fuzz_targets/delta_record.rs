@@ -14,17 +14,17 @@ fuzz_target!(|data: &[u8]| {
     let mut windows = likes::count::window::Windows::new(1000);
     windows.assign(0, None);
     for (offset, at) in [(0, ts), (1, ts), (2, ts.saturating_add(5000))] {
-        match likes::count::decode_record(Some(value)) {
-            Ok(likes::count::Input::Delta {
+        match likes::records::decode_deltas(Some(value)) {
+            Ok(likes::records::DeltaInput::Delta {
                 item,
                 delta,
                 event_time_ms,
                 weight,
             }) => windows.observe(0, offset, at, Some((&item, delta, event_time_ms, weight))),
-            Ok(likes::count::Input::Correction {
+            Ok(likes::records::DeltaInput::Correction {
                 item, correction, ..
             }) => windows.observe_correction(0, offset, at, &item, correction),
-            Ok(likes::count::Input::Tick) => windows.observe(0, offset, at, None),
+            Ok(likes::records::DeltaInput::Tick) => windows.observe(0, offset, at, None),
             Err(_) => {}
         }
     }

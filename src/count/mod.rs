@@ -12,7 +12,6 @@ pub mod window;
 
 use std::time::Duration;
 
-use prost::Message as _;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{BaseProducer, Producer};
@@ -23,13 +22,13 @@ use crate::config::Settings;
 use crate::cql;
 use crate::error::Result;
 use crate::kafka::{self, LogContext, StageConsumer};
+use crate::records::{decode_deltas, DeltaInput};
 use crate::runtime::metrics as m;
 use crate::runtime::shutdown::CancellationToken;
 use crate::runtime::supervise::{sleep_or_stop, Backoff, Health};
-use crate::schema::v1::{delta_record::Record, DeltaRecord};
 use crate::topology::Topology;
 use sink::{Sink, SinkStats};
-use window::{ResumePoint, Weight, Windows};
+use window::{ResumePoint, Windows};
 
 /// The commit metadata that carries a partition's clock and the length of the window it
 /// starts (`clock=<ms>;window=<ms>`; 0 leaves the length out, for a position on no grid).
@@ -222,8 +221,8 @@ impl Count {
         self.records += 1;
         metrics::counter!(m::DELTA_RECORDS_IN).increment(1);
         let ts = msg.timestamp().to_millis().unwrap_or(0);
-        match decode_record(msg.payload()) {
-            Ok(Input::Delta {
+        match decode_deltas(msg.payload()) {
+            Ok(DeltaInput::Delta {
                 item,
                 delta,
                 event_time_ms,
@@ -240,7 +239,7 @@ impl Count {
             }
             // A correction's staleness counts from when it entered the log, not from its
             // snapshot, which may be hours old by design.
-            Ok(Input::Correction {
+            Ok(DeltaInput::Correction {
                 item,
                 reason,
                 correction,
@@ -249,7 +248,7 @@ impl Count {
                 self.windows
                     .observe_correction(p, msg.offset(), ts, &item, correction)
             }
-            Ok(Input::Tick) => self.windows.observe(p, msg.offset(), ts, None),
+            Ok(DeltaInput::Tick) => self.windows.observe(p, msg.offset(), ts, None),
             Err(reason) => self.dead_letter(msg, reason)?,
         }
         Ok(())
@@ -290,81 +289,6 @@ impl Count {
         tokio::task::block_in_place(|| self.input.consumer.commit(&tpl, CommitMode::Sync))?;
         self.committed = points;
         Ok(())
-    }
-}
-
-/// The most a single record may move a count: stage 1 emits at most one per event of a
-/// batch, and a correction at most an item's likes. Beyond it a record is corrupt or hostile,
-/// and summing it could overflow a window's total.
-pub const MAX_ABS_DELTA: i64 = 1 << 40;
-
-/// One record of `likes.deltas`, decoded and validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Input {
-    Delta {
-        item: String,
-        delta: i64,
-        event_time_ms: i64,
-        /// The flips combined and their mean event time (staleness per event).
-        weight: Weight,
-    },
-    Correction {
-        item: String,
-        reason: String,
-        correction: window::Correction,
-    },
-    Tick,
-}
-
-/// Decodes a `likes.deltas` value; a reason when it is not one stage 2 may apply (a dead
-/// letter).
-pub fn decode_record(payload: Option<&[u8]>) -> std::result::Result<Input, String> {
-    let v = payload.ok_or_else(|| "record has no value".to_string())?;
-    let r = DeltaRecord::decode(v).map_err(|e| format!("undecodable DeltaRecord: {e}"))?;
-    let check = |item: &str, delta: i64| -> std::result::Result<(), String> {
-        if item.is_empty() || item.len() > crate::records::MAX_ID_BYTES {
-            return Err(format!(
-                "item_id must be 1-{} bytes",
-                crate::records::MAX_ID_BYTES
-            ));
-        }
-        if delta.unsigned_abs() > MAX_ABS_DELTA as u64 {
-            return Err(format!("delta {delta} is beyond ±{MAX_ABS_DELTA}"));
-        }
-        Ok(())
-    };
-    match r.record {
-        Some(Record::Delta(d)) => {
-            check(&d.item_id, d.delta)?;
-            Ok(Input::Delta {
-                weight: Weight {
-                    events: u64::from(d.events.max(1)),
-                    mean_event_time_ms: if d.mean_event_time_ms == 0 {
-                        d.event_time_ms
-                    } else {
-                        d.mean_event_time_ms
-                    },
-                },
-                item: d.item_id,
-                delta: d.delta,
-                event_time_ms: d.event_time_ms,
-            })
-        }
-        Some(Record::Correction(c)) => {
-            check(&c.item_id, c.delta)?;
-            Ok(Input::Correction {
-                item: c.item_id,
-                reason: c.reason,
-                correction: window::Correction {
-                    id: c.correction_id,
-                    delta: c.delta,
-                    cut_ms: c.snapshot_time_ms,
-                    after_ms: c.after_snapshot_time_ms,
-                },
-            })
-        }
-        Some(Record::Tick(_)) => Ok(Input::Tick),
-        None => Err("DeltaRecord holds no record".into()),
     }
 }
 
@@ -429,64 +353,4 @@ pub async fn run(
     }
     info!(sink = ?total, "count stopping");
     Ok(total)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_delta_beyond_the_bound_is_refused_not_summed() {
-        use prost::Message as _;
-        let rec = |delta| {
-            crate::schema::v1::DeltaRecord {
-                record: Some(super::Record::Delta(crate::schema::v1::Delta {
-                    item_id: "i".into(),
-                    delta,
-                    event_time_ms: 1,
-                    events: 1,
-                    mean_event_time_ms: 1,
-                })),
-            }
-            .encode_to_vec()
-        };
-        assert!(super::decode_record(Some(&rec(i64::MAX))).is_err());
-        assert!(super::decode_record(Some(&rec(-super::MAX_ABS_DELTA - 1))).is_err());
-        assert!(super::decode_record(Some(&rec(3))).is_ok());
-        assert!(super::decode_record(None).is_err());
-    }
-
-    #[test]
-    fn a_delta_from_a_writer_without_the_mean_weighs_one_flip_at_its_earliest_time() {
-        use prost::Message as _;
-        let old = crate::schema::v1::DeltaRecord {
-            record: Some(super::Record::Delta(crate::schema::v1::Delta {
-                item_id: "i".into(),
-                delta: 2,
-                event_time_ms: 1_000,
-                events: 0,
-                mean_event_time_ms: 0,
-            })),
-        }
-        .encode_to_vec();
-        match super::decode_record(Some(&old)) {
-            Ok(super::Input::Delta { weight, .. }) => {
-                assert_eq!(weight, super::Weight::one(1_000))
-            }
-            _ => panic!("a delta"),
-        }
-    }
-
-    #[test]
-    fn clock_metadata_round_trips() {
-        assert_eq!(
-            super::parse_clock(&super::clock_metadata(123_000, 250)),
-            Some((123_000, 250))
-        );
-        // Written by versions before the window length was recorded.
-        assert_eq!(super::parse_clock("clock=5"), Some((5, 0)));
-        assert_eq!(
-            super::parse_clock(&super::clock_metadata(7, 0)),
-            Some((7, 0))
-        );
-        assert_eq!(super::parse_clock(""), None);
-    }
 }

@@ -24,8 +24,9 @@ use futures::stream::{self, StreamExt};
 use scylla::client::session::Session;
 use tracing::warn;
 
-use super::window::{ClosedWindow, Correction};
+use super::window::ClosedWindow;
 use crate::error::{Error, Result};
+use crate::records::Correction;
 use crate::runtime::metrics as m;
 use crate::store::counts::{BatchValues, CounterRow, Fence};
 use crate::topology::Topology;

@@ -19,6 +19,8 @@
 
 use std::collections::HashMap;
 
+use crate::records::{Correction, Weight};
+
 /// One item's change within a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ItemDelta {
@@ -36,34 +38,6 @@ impl ItemDelta {
     pub fn mean_event_time_ms(&self) -> i64 {
         (self.event_time_sum_ms / i128::from(self.events.max(1))) as i64
     }
-}
-
-/// How many flips a delta record combines, and their mean event time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Weight {
-    pub events: u64,
-    pub mean_event_time_ms: i64,
-}
-
-impl Weight {
-    /// One flip at `at_ms` (a correction, a test record).
-    pub fn one(at_ms: i64) -> Weight {
-        Weight {
-            events: 1,
-            mean_event_time_ms: at_ms,
-        }
-    }
-}
-
-/// A reconcile correction, as stage 2 applies it: through the window fence like any delta
-/// of its window, and through the correction fence (`cut_ms` follows `after_ms`, see
-/// sink.rs), so a correction sent twice or overtaken by a newer recount is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Correction {
-    pub id: String,
-    pub delta: i64,
-    pub cut_ms: i64,
-    pub after_ms: i64,
 }
 
 /// A window that can no longer change.

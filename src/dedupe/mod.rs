@@ -35,11 +35,10 @@ use crate::runtime::clock::now_ms;
 use crate::runtime::metrics as m;
 use crate::runtime::shutdown::CancellationToken;
 use crate::runtime::supervise::{sleep_unless_stopped, Backoff, Health};
-use crate::schema::v1::{delta_record, Delta, DeltaRecord, Tick};
 use crate::topology::Topology;
-use recovery::{offset_metadata, Committed};
+use recovery::Committed;
 use rule::{EdgeVersion, Verdict};
-use state::{edge_key, EdgeStore, PartitionMark, EMITTED_KEY};
+use state::{edge_key, EdgeStore, PartitionMark};
 use txn::{is_abortable, Phases};
 
 /// Counters of one stage-1 process, read by tests and exported as metrics.
@@ -91,16 +90,38 @@ pub struct Dedupe {
 struct Batch {
     /// Edge key → (new version, input partition).
     edges: HashMap<Vec<u8>, (EdgeVersion, i32)>,
-    /// (item, event-time second) → (delta, earliest event time, flips, sum of their event
-    /// times). A delta never combines flips of two event-time seconds, so a whole second is a
-    /// clean cut of the deltas log: reconcile and rebuild split the log at one (src/ops/cut.rs).
-    items: BTreeMap<(String, i64), (i64, i64, u32, i64)>,
+    /// (item, event-time second) → its sum. A delta never combines flips of two event-time
+    /// seconds, so a whole second is a clean cut of the deltas log: reconcile and rebuild
+    /// split the log at one (src/ops/cut.rs).
+    items: BTreeMap<(String, i64), ItemSum>,
     /// Partition → (first offset, next offset).
     offsets: BTreeMap<i32, (i64, i64)>,
     dead: Vec<DeadLetter>,
     /// Valid events by client platform (index into `event::PLATFORM_LABELS`), counted once
     /// per batch rather than per event: the metrics registry is no place for the hot loop.
     platforms: [u64; event::PLATFORM_LABELS.len()],
+}
+
+/// One item's deltas in one event-time second of a batch: one Delta record.
+struct ItemSum {
+    delta: i64,
+    /// The earliest event time among them (the record's event time).
+    earliest_ms: i64,
+    /// The flips combined (a skipped op's change weighs none), and their event times'
+    /// sum: the record's weight, for staleness per flip.
+    flips: u32,
+    time_sum_ms: i64,
+}
+
+impl Default for ItemSum {
+    fn default() -> Self {
+        Self {
+            delta: 0,
+            earliest_ms: i64::MAX,
+            flips: 0,
+            time_sum_ms: 0,
+        }
+    }
 }
 
 struct DeadLetter {
@@ -419,18 +440,18 @@ impl Dedupe {
                     let e = batch
                         .items
                         .entry((valid.event.item_id.clone(), skipped.0.div_euclid(1000)))
-                        .or_insert((0, i64::MAX, 0, 0));
-                    e.0 += skipped.1;
-                    e.1 = e.1.min(skipped.0);
+                        .or_default();
+                    e.delta += skipped.1;
+                    e.earliest_ms = e.earliest_ms.min(skipped.0);
                 }
                 let e = batch
                     .items
                     .entry((valid.event.item_id, own.0.div_euclid(1000)))
-                    .or_insert((0, i64::MAX, 0, 0));
-                e.0 += own.1;
-                e.1 = e.1.min(own.0);
-                e.2 += 1;
-                e.3 = e.3.saturating_add(own.0);
+                    .or_default();
+                e.delta += own.1;
+                e.earliest_ms = e.earliest_ms.min(own.0);
+                e.flips += 1;
+                e.time_sum_ms = e.time_sum_ms.saturating_add(own.0);
             }
         }
         Ok(())

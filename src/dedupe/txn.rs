@@ -3,13 +3,22 @@
 
 use std::time::{Duration, Instant};
 
-use prost::Message as _;
+use std::collections::BTreeMap;
+
 use rdkafka::consumer::Consumer;
 use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::warn;
 
-use super::*;
+use super::recovery::offset_metadata;
+use super::state::{self, PartitionMark, EMITTED_KEY};
+use super::{send, Batch, Dedupe};
+use crate::error::{Error, Result};
+use crate::kafka;
+use crate::records;
+use crate::runtime::clock::now_ms;
+use crate::runtime::metrics as m;
 
 impl Dedupe {
     pub(super) fn commit(
@@ -34,20 +43,15 @@ impl Dedupe {
             self.stats.dead_letters += 1;
             metrics::counter!(m::DLQ_RECORDS, "stage" => "dedupe").increment(1);
         }
-        for ((item, _second), &(delta, event_time_ms, events, time_sum)) in &batch.items {
-            if delta == 0 {
+        for ((item, _second), sum) in &batch.items {
+            if sum.delta == 0 {
                 continue;
             }
-            let value = DeltaRecord {
-                record: Some(delta_record::Record::Delta(Delta {
-                    item_id: item.clone(),
-                    delta,
-                    event_time_ms,
-                    events,
-                    mean_event_time_ms: time_sum / i64::from(events.max(1)),
-                })),
-            }
-            .encode_to_vec();
+            let weight = records::Weight {
+                events: u64::from(sum.flips),
+                mean_event_time_ms: sum.time_sum_ms / i64::from(sum.flips.max(1)),
+            };
+            let value = records::delta_value(item, sum.delta, sum.earliest_ms, weight);
             send(
                 &self.producer,
                 BaseRecord::to(&self.deltas_topic)
@@ -68,12 +72,7 @@ impl Dedupe {
             )?;
         }
         if tick {
-            let value = DeltaRecord {
-                record: Some(delta_record::Record::Tick(Tick {
-                    produced_at_ms: now_ms(),
-                })),
-            }
-            .encode_to_vec();
+            let value = records::tick_value(now_ms());
             for p in 0..self.deltas_partitions {
                 send(
                     &self.producer,

@@ -29,8 +29,8 @@ use scylla::client::session::Session;
 use tracing::info;
 
 use crate::config::Settings;
-use crate::count::{decode_record, Input};
 use crate::error::{Error, Result};
+use crate::records::{decode_deltas, DeltaInput};
 use crate::runtime::clock::now_ms;
 use crate::store::counts::CounterRow;
 use crate::store::edge_history::EdgeHistory;
@@ -417,7 +417,7 @@ impl Pipeline {
                 if end > top {
                     return false;
                 }
-                if let Some(Input::Delta {
+                if let Some(DeltaInput::Delta {
                     item,
                     delta,
                     event_time_ms,
@@ -446,7 +446,7 @@ impl Pipeline {
         p: i32,
         from_ms: i64,
         high: i64,
-        mut f: impl FnMut(i64, i64, Option<Input>) -> bool,
+        mut f: impl FnMut(i64, i64, Option<DeltaInput>) -> bool,
     ) -> Result<i64> {
         let timeout = self.settings.kafka.request_timeout;
         tokio::task::block_in_place(|| {
@@ -475,7 +475,7 @@ impl Pipeline {
                     Some(Ok(m)) => {
                         next = m.offset() + 1;
                         clock = clock.max(m.timestamp().to_millis().unwrap_or(0));
-                        if !f(m.offset(), clock, decode_record(m.payload()).ok()) {
+                        if !f(m.offset(), clock, decode_deltas(m.payload()).ok()) {
                             break;
                         }
                         if next >= high {

@@ -26,8 +26,8 @@ use tracing::{info, warn};
 
 use super::cut::{self, Pipeline};
 use super::progress::Progress;
-use crate::count::Input;
 use crate::error::{Error, Result};
+use crate::records::DeltaInput;
 use crate::store::counts::CounterRow;
 
 #[derive(Debug)]
@@ -155,12 +155,12 @@ async fn finish(
                 if clock >= w0 && split.is_none() {
                     split = Some(offset);
                 }
-                if let Some(Input::Correction { item, .. }) = &input {
+                if let Some(DeltaInput::Correction { item, .. }) = &input {
                     // Its item gets a row with the rebuild's correction fence, so a correction
                     // computed before the rebuild is refused even where the count is 0.
                     value.entry(item.clone()).or_insert(0);
                 }
-                if let Some(Input::Delta {
+                if let Some(DeltaInput::Delta {
                     item,
                     delta,
                     event_time_ms,

@@ -22,13 +22,12 @@
 
 use std::time::Duration;
 
-use prost::Message as _;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tracing::{info, warn};
 
 use super::cut::{self, Pipeline};
 use crate::error::Result;
-use crate::schema::v1::{delta_record, Correction, DeltaRecord};
+use crate::records;
 
 /// One correction and what became of it.
 #[derive(Debug, Clone)]
@@ -143,17 +142,13 @@ pub async fn run(
                 applied: None,
             };
             if !dry_run {
-                let record = DeltaRecord {
-                    record: Some(delta_record::Record::Correction(Correction {
-                        item_id: v.item.clone(),
-                        delta: -drift,
-                        correction_id: id.clone(),
-                        reason: reason.to_string(),
-                        snapshot_time_ms: tag,
-                        after_snapshot_time_ms: v.row.and_then(|r| r.last_correction).unwrap_or(0),
-                    })),
-                }
-                .encode_to_vec();
+                let correction = records::Correction {
+                    id: id.clone(),
+                    delta: -drift,
+                    cut_ms: tag,
+                    after_ms: v.row.and_then(|r| r.last_correction).unwrap_or(0),
+                };
+                let record = records::correction_value(&v.item, &correction, reason);
                 producer
                     .send(
                         FutureRecord::to(&topic)
