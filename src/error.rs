@@ -1,5 +1,9 @@
-//! The crate's error type: one enum, with `#[from]` for each client library, and a
-//! retryable / fatal classification that loops use to decide whether to try again.
+//! The crate's error type: one enum, with `#[from]` for each client library, and the one place
+//! that decides what an error means for whoever meets it: [`Error::is_retryable`] (try the
+//! same call again: a job's loop) and [`Error::ends_process`] (a stage ends its incarnation
+//! and starts over, or the process exits). Each variant's label says what the operator must
+//! do: `configuration:`, `refused:` (stop what it names first), `raced:` (run again), a
+//! dependency's name (wait for it; processes retry by themselves).
 
 use std::time::Duration;
 
@@ -162,6 +166,46 @@ impl Error {
             | Error::CqlTransient(_)
             | Error::Timeout(..) => true,
             _ => false,
+        }
+    }
+
+    /// Whether an error ends the process rather than a stage's incarnation: a wrong
+    /// configuration, topology or schema, broken local state, a refusal, or a fault test's
+    /// crash. Errors of the dependencies (Kafka, Cassandra) start the stage over in-process
+    /// (runtime/supervise.rs): a broker or node restart is routine.
+    pub fn ends_process(&self) -> bool {
+        use rdkafka::error::KafkaError as K;
+        match self {
+            Error::Kafka(K::ClientConfig(..) | K::ClientCreation(_) | K::Subscription(_)) => true,
+            Error::Kafka(_) | Error::Timeout(..) => false,
+            Error::CqlConnect(_)
+            | Error::CqlExecution(_)
+            | Error::CqlPaging(_)
+            | Error::CqlNextRow(_)
+            | Error::CqlTransient(_) => false,
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    /// What is worth another call is never worth ending the process over.
+    #[test]
+    fn a_retryable_error_never_ends_the_process() {
+        let samples = [
+            Error::CqlTransient("x".into()),
+            Error::Timeout(std::time::Duration::ZERO, "x".into()),
+            Error::Config("x".into()),
+            Error::Refused("x".into()),
+            Error::Raced("x".into()),
+            Error::State("x".into()),
+            Error::Injected("x"),
+        ];
+        for e in &samples {
+            assert!(!(e.is_retryable() && e.ends_process()), "{e}");
         }
     }
 }

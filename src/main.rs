@@ -222,10 +222,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 to_time,
             } => {
                 let target = match to_time {
-                    Some(t) => cmd::replay::Target::Time(cmd::replay::parse_time(&t)?),
-                    None => cmd::replay::Target::Earliest,
+                    Some(t) => {
+                        likes::ops::replay::Target::Time(likes::ops::replay::parse_time(&t)?)
+                    }
+                    None => likes::ops::replay::Target::Earliest,
                 };
-                let report = cmd::replay::run_checked(&settings, &topology, &group, target).await?;
+                let report =
+                    likes::ops::replay::run_checked(&settings, &topology, &group, target).await?;
                 out(&report.to_string());
             }
             Command::Erase { user } => {

@@ -16,9 +16,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message as _, Offset, TopicPartitionList};
 
 use common::topology as fx;
-use likes::cmd::replay::{self, Target};
 use likes::config::Settings;
 use likes::kafka;
+use likes::ops::replay::{self, Target};
 use likes::runtime::clock::now_ms;
 use likes::topology::Topology;
 
@@ -433,9 +433,10 @@ async fn records_lost_to_retention_are_a_loud_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
-    use likes::dedupe::recovery::{recover_partition, Committed, Recovery};
+    use likes::dedupe::recovery::{recover_partition, Recovery};
     use likes::dedupe::rule::EdgeVersion;
     use likes::dedupe::state::{edge_key, encode_version, EdgeStore, EMITTED_KEY};
+    use likes::kafka::group::DedupeOffset;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
     let settings = fx::settings("restore");
@@ -474,7 +475,7 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
     let store = EdgeStore::open(&dir, 7 * 24 * 3600 * 1000, 8 << 20).unwrap();
     // Without a known end, a restore stops at the first end of the partition: it misses
     // the transaction (what recovery did before the marker).
-    let blind = Committed {
+    let blind = DedupeOffset {
         offset: Some(10),
         emitted: None,
         token: None,
@@ -494,7 +495,7 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
         std::thread::sleep(Duration::from_secs(3));
         producer.commit_transaction(t).unwrap();
     });
-    let known = Committed {
+    let known = DedupeOffset {
         offset: Some(10),
         emitted: Some(10),
         token: Some("previous-owner".into()),

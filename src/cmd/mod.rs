@@ -4,6 +4,5 @@
 
 pub mod migrate;
 pub mod namespace;
-pub mod replay;
 pub mod stages;
 pub mod topics;

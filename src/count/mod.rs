@@ -12,15 +12,15 @@ pub mod window;
 
 use std::time::Duration;
 
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{BaseProducer, Producer};
-use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::cql;
 use crate::error::Result;
+use crate::kafka::group::{self, CountClock};
 use crate::kafka::{self, LogContext, StageConsumer};
 use crate::records::{decode_deltas, DeltaInput};
 use crate::runtime::metrics as m;
@@ -29,26 +29,6 @@ use crate::runtime::supervise::{sleep_or_stop, Backoff, Health};
 use crate::topology::Topology;
 use sink::{Sink, SinkStats};
 use window::{ResumePoint, Windows};
-
-/// The commit metadata that carries a partition's clock and the length of the window it
-/// starts (`clock=<ms>;window=<ms>`; 0 leaves the length out, for a position on no grid).
-pub fn clock_metadata(clock_ms: i64, window_ms: i64) -> String {
-    if window_ms > 0 {
-        format!("clock={clock_ms};window={window_ms}")
-    } else {
-        format!("clock={clock_ms}")
-    }
-}
-
-/// (clock, window length; 0 when the metadata does not say, as from older versions).
-fn parse_clock(metadata: &str) -> Option<(i64, i64)> {
-    let rest = metadata.strip_prefix("clock=")?;
-    let (clock, window) = match rest.split_once(";window=") {
-        Some((c, w)) => (c, w.parse().ok()?),
-        None => (rest, 0),
-    };
-    Some((clock.parse().ok()?, window))
-}
 
 /// One stage-2 worker.
 pub struct Count {
@@ -177,7 +157,10 @@ impl Count {
         let mut never_committed = false;
         for r in assigned {
             never_committed |= r.offset.is_none();
-            let (clock_ms, window_ms) = parse_clock(&r.metadata).unwrap_or((0, 0));
+            let CountClock {
+                clock_ms,
+                window_ms,
+            } = CountClock::parse(&r.metadata).unwrap_or_default();
             let resume = r.offset.map(|offset| ResumePoint {
                 offset,
                 clock_ms,
@@ -279,14 +262,19 @@ impl Count {
         if points == self.committed {
             return Ok(());
         }
-        let mut tpl = TopicPartitionList::new();
-        for (p, point) in &points {
-            tpl.add_partition_offset(&self.input.topic, *p, Offset::Offset(point.offset))?;
-            if let Some(mut e) = tpl.find_partition(&self.input.topic, *p) {
-                e.set_metadata(clock_metadata(point.clock_ms, point.window_ms));
-            }
-        }
-        tokio::task::block_in_place(|| self.input.consumer.commit(&tpl, CommitMode::Sync))?;
+        let positions: Vec<(i32, i64, String)> = points
+            .iter()
+            .map(|(p, point)| {
+                let clock = CountClock {
+                    clock_ms: point.clock_ms,
+                    window_ms: point.window_ms,
+                };
+                (*p, point.offset, clock.metadata())
+            })
+            .collect();
+        tokio::task::block_in_place(|| {
+            group::commit(&self.input.consumer, &self.input.topic, &positions)
+        })?;
         self.committed = points;
         Ok(())
     }

@@ -30,13 +30,13 @@ use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::kafka::group::DedupeOffset;
 use crate::kafka::{self, LogContext, StageConsumer};
 use crate::runtime::clock::now_ms;
 use crate::runtime::metrics as m;
 use crate::runtime::shutdown::CancellationToken;
 use crate::runtime::supervise::{sleep_unless_stopped, Backoff, Health};
 use crate::topology::Topology;
-use recovery::Committed;
 use rule::{EdgeVersion, Verdict};
 use state::{edge_key, EdgeStore, PartitionMark};
 use txn::{is_abortable, Phases};
@@ -335,13 +335,13 @@ impl Dedupe {
     /// still newly assigned. A partition revoked again before this runs is never processed.
     fn handle_rebalance(&mut self) -> Result<()> {
         let marks = &mut self.marks;
-        let parts: Vec<(i32, Committed)> = self
+        let parts: Vec<(i32, DedupeOffset)> = self
             .input
             .take_assigned(|p| {
                 marks.remove(&p);
             })?
             .into_iter()
-            .map(|r| (r.partition, Committed::parse(r.offset, &r.metadata)))
+            .map(|r| (r.partition, DedupeOffset::of(&r)))
             .collect();
         if parts.is_empty() {
             return Ok(());

@@ -1,7 +1,7 @@
 //! Making a partition's local state agree with its committed position, when it is assigned.
 //!
 //! Every stage-1 transaction commits, with the input offsets, a metadata string on each
-//! offset (`emitted=<E>;txn=<token>`) and a marker record on the partition's changelog
+//! offset (`emitted=<E>;txn=<token>`, kafka/group.rs) and a marker record on the partition's changelog
 //! (`x` → E): E is the offset below which deltas were emitted for that partition, by any
 //! instance; the token names the transaction. After the Kafka commit the same (offset, E,
 //! token) reaches RocksDB with the state.
@@ -30,6 +30,7 @@ use tracing::{info, warn};
 use super::state::{decode_version, EdgeStore, PartitionMark, EMITTED_KEY};
 use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::kafka::group::DedupeOffset;
 use crate::kafka::{self, LogContext};
 
 /// How a partition's state was brought in line.
@@ -40,68 +41,6 @@ pub enum Recovery {
     Restored(u64),
 }
 
-/// The group's committed position of a partition, as stage 1 wrote it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Committed {
-    /// None when the group never committed this partition.
-    pub offset: Option<i64>,
-    /// Deltas were emitted below this offset (None: not recorded, e.g. an outside reset).
-    pub emitted: Option<i64>,
-    /// The transaction that committed it (None: not a stage-1 commit).
-    pub token: Option<String>,
-    /// Set by `likes replay`: the transaction that committed the position the reset moved
-    /// away from. A local state written by that transaction is exactly the changelog's
-    /// history, which a reset never rewinds.
-    pub was: Option<String>,
-}
-
-/// The metadata stage 1 commits with each input offset.
-pub fn offset_metadata(emitted: i64, token: &str) -> String {
-    format!("emitted={emitted};txn={token}")
-}
-
-/// The token prefix of a position `likes replay` committed (no transaction wrote it).
-const RESET: &str = "reset-";
-
-/// A fresh token for a `likes replay` reset.
-pub fn reset_token() -> String {
-    format!("{RESET}{:016x}", rand::random::<u64>())
-}
-
-/// The metadata `likes replay` commits over the position `old`: [`offset_metadata`] with
-/// its own token, and the transaction whose state the history ends with (`was=`): the one
-/// that committed `old`, or, when `old` was itself a reset nothing committed after, the one
-/// that reset named.
-pub fn reset_metadata(emitted: i64, token: &str, old: &Committed) -> String {
-    let history = match &old.token {
-        Some(t) if t.starts_with(RESET) => old.was.as_deref(),
-        t => t.as_deref(),
-    };
-    match history {
-        Some(w) => format!("emitted={emitted};txn={token};was={w}"),
-        None => offset_metadata(emitted, token),
-    }
-}
-
-impl Committed {
-    /// From a committed offset and its metadata.
-    pub fn parse(offset: Option<i64>, metadata: &str) -> Self {
-        let mut c = Committed {
-            offset,
-            ..Default::default()
-        };
-        for part in metadata.split(';') {
-            match part.split_once('=') {
-                Some(("emitted", v)) => c.emitted = v.parse().ok(),
-                Some(("txn", v)) if !v.is_empty() => c.token = Some(v.to_string()),
-                Some(("was", v)) if !v.is_empty() => c.was = Some(v.to_string()),
-                _ => {}
-            }
-        }
-        c
-    }
-}
-
 /// Brings partition `partition`'s state to its committed position; returns how, and the
 /// partition's mark (whose `emitted` says where emitting resumes).
 pub fn recover_partition(
@@ -109,7 +48,7 @@ pub fn recover_partition(
     changelog_topic: &str,
     store: &EdgeStore,
     partition: i32,
-    committed: &Committed,
+    committed: &DedupeOffset,
 ) -> Result<(Recovery, PartitionMark)> {
     let mut v = recover_partitions(
         settings,
@@ -130,7 +69,7 @@ pub fn recover_partitions(
     settings: &Settings,
     changelog_topic: &str,
     store: &EdgeStore,
-    partitions: &[(i32, Committed)],
+    partitions: &[(i32, DedupeOffset)],
     health: &crate::runtime::supervise::Health,
 ) -> Result<Vec<(i32, Recovery, PartitionMark)>> {
     let mut out = Vec::new();
@@ -412,29 +351,5 @@ fn checkpoint(store: &EdgeStore, batch: &mut WriteBatch, progress: &HashMap<i32,
                 },
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn offset_metadata_round_trips_and_tolerates_strangers() {
-        let c = Committed::parse(Some(7), &offset_metadata(42, "abc"));
-        assert_eq!(c.emitted, Some(42));
-        assert_eq!(c.token.as_deref(), Some("abc"));
-        let outside = Committed::parse(Some(0), "");
-        assert_eq!((outside.emitted, outside.token), (None, None));
-        let old = Committed::parse(Some(3), "clock=5");
-        assert_eq!((old.emitted, old.token), (None, None));
-        let reset = Committed::parse(Some(0), &reset_metadata(42, "reset-1", &c));
-        assert_eq!(
-            (reset.emitted, reset.token.as_deref(), reset.was.as_deref()),
-            (Some(42), Some("reset-1"), Some("abc"))
-        );
-        // A reset over a reset names the transaction the first one moved away from.
-        let again = Committed::parse(Some(0), &reset_metadata(42, "reset-2", &reset));
-        assert_eq!(again.was.as_deref(), Some("abc"));
     }
 }

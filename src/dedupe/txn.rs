@@ -11,11 +11,11 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::warn;
 
-use super::recovery::offset_metadata;
 use super::state::{self, PartitionMark, EMITTED_KEY};
 use super::{send, Batch, Dedupe};
 use crate::error::{Error, Result};
 use crate::kafka;
+use crate::kafka::group::DedupeOffset;
 use crate::records;
 use crate::runtime::clock::now_ms;
 use crate::runtime::metrics as m;
@@ -100,7 +100,7 @@ impl Dedupe {
             for (&p, mark) in marks {
                 tpl.add_partition_offset(&self.input.topic, p, Offset::Offset(mark.offset))?;
                 if let Some(mut e) = tpl.find_partition(&self.input.topic, p) {
-                    e.set_metadata(offset_metadata(mark.emitted, &mark.token));
+                    e.set_metadata(DedupeOffset::metadata(mark.emitted, &mark.token));
                 }
             }
             let meta = self

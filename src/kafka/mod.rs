@@ -5,8 +5,10 @@
 //! - [`stage`]: what both stages' consumers share: rebalance events in order, committed
 //!   offsets of newly assigned partitions, lag.
 //! - [`dlq`]: the dead-letter record.
+//! - [`group`]: committed positions and their metadata formats, waiting for an empty group.
 
 pub mod dlq;
+pub mod group;
 pub mod stage;
 
 pub use dlq::{dead_letter, DLQ_MAX_ORIGINAL_BYTES, DLQ_PREFIX_BYTES};

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, TopicPartitionList};
 use tracing::{info, warn};
 
 use super::{client_error, librdkafka_log, record_lag, stage_consumer_config};
@@ -138,13 +138,6 @@ pub struct StageConsumer {
     timeout: Duration,
 }
 
-/// A newly assigned partition and where its group committed (offset, metadata).
-pub struct Resume {
-    pub partition: i32,
-    pub offset: Option<i64>,
-    pub metadata: String,
-}
-
 impl StageConsumer {
     /// Creates the consumer of `stage` (a static member `member` of `group`) and subscribes
     /// it to `topic`. `offset_resets` counts fetch positions librdkafka reset.
@@ -176,28 +169,12 @@ impl StageConsumer {
     /// Applies the rebalance events since the last call in order (`revoke` for each revoked
     /// partition) and returns the partitions newly assigned with their committed positions.
     /// Blocks on the group coordinator.
-    pub fn take_assigned(&self, revoke: impl FnMut(i32)) -> Result<Vec<Resume>> {
+    pub fn take_assigned(&self, revoke: impl FnMut(i32)) -> Result<Vec<super::group::Position>> {
         let assigned = newly_assigned(self.assignments.take(), revoke);
         if assigned.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tpl = TopicPartitionList::new();
-        for &p in &assigned {
-            tpl.add_partition(&self.topic, p);
-        }
-        let committed = self.consumer.committed_offsets(tpl, self.timeout)?;
-        Ok(committed
-            .elements()
-            .iter()
-            .map(|e| Resume {
-                partition: e.partition(),
-                offset: match e.offset() {
-                    Offset::Offset(o) => Some(o),
-                    _ => None,
-                },
-                metadata: e.metadata().to_string(),
-            })
-            .collect())
+        super::group::committed(&self.consumer, &self.topic, &assigned, self.timeout)
     }
 }
 

@@ -30,6 +30,7 @@ use tracing::info;
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::kafka::group;
 use crate::records::{decode_deltas, DeltaInput};
 use crate::runtime::clock::now_ms;
 use crate::store::counts::CounterRow;
@@ -304,21 +305,8 @@ impl Pipeline {
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_uncommitted")
             .create()?;
-        let mut ask = TopicPartitionList::new();
-        for &p in partitions {
-            ask.add_partition(topic, p);
-        }
-        let got = tokio::task::block_in_place(|| c.committed_offsets(ask, timeout))?;
-        Ok(partitions
-            .iter()
-            .map(|&p| {
-                let o = match got.find_partition(topic, p).map(|e| e.offset()) {
-                    Some(Offset::Offset(o)) => Some(o),
-                    _ => None,
-                };
-                (p, o)
-            })
-            .collect())
+        let got = tokio::task::block_in_place(|| group::committed(&c, topic, partitions, timeout))?;
+        Ok(got.into_iter().map(|p| (p.partition, p.offset)).collect())
     }
 
     async fn wait_committed(

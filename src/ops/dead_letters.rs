@@ -12,13 +12,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
 use super::cut::Pipeline;
 use crate::error::{Error, Result};
+use crate::kafka::group;
 use crate::schema::v1::LikeEvent;
 
 /// The items the queue names, and where it ends.
@@ -83,18 +84,20 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
     let ends = p.ends(&topic)?;
     let c = consumer(p)?;
     let timeout = p.settings.kafka.request_timeout;
-    let mut ask = TopicPartitionList::new();
-    for &(part, _, _) in &ends {
-        ask.add_partition(&topic, part);
-    }
-    let committed = tokio::task::block_in_place(|| c.committed_offsets(ask, timeout))?;
+    let parts: Vec<i32> = ends.iter().map(|&(part, _, _)| part).collect();
+    let committed: HashMap<i32, Option<i64>> =
+        tokio::task::block_in_place(|| group::committed(&c, &topic, &parts, timeout))?
+            .into_iter()
+            .map(|p| (p.partition, p.offset))
+            .collect();
     let mut q = Queued::default();
     let mut items = BTreeSet::new();
     for &(part, low, high) in &ends {
-        let from = match committed.find_partition(&topic, part).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o.max(low),
-            _ => low,
-        };
+        let from = committed
+            .get(&part)
+            .copied()
+            .flatten()
+            .map_or(low, |o| o.max(low));
         q.ends.insert(part, high);
         if from >= high {
             continue;
@@ -171,16 +174,16 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
 /// Marks the queue drained up to where [`read`] found its end.
 pub fn drained(p: &Pipeline, q: &Queued) -> Result<()> {
     let topic = p.settings.topic(&p.topology.topics.dlq.name);
-    let mut tpl = TopicPartitionList::new();
-    for (&part, &end) in &q.ends {
-        tpl.add_partition_offset(&topic, part, Offset::Offset(end))?;
-    }
-    if tpl.count() == 0 {
+    let positions: Vec<(i32, i64, String)> = q
+        .ends
+        .iter()
+        .map(|(&part, &end)| (part, end, String::new()))
+        .collect();
+    if positions.is_empty() {
         return Ok(());
     }
     let c = consumer(p)?;
-    tokio::task::block_in_place(|| c.commit(&tpl, CommitMode::Sync))?;
-    Ok(())
+    tokio::task::block_in_place(|| group::commit(&c, &topic, &positions))
 }
 
 #[cfg(test)]

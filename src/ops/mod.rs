@@ -1,4 +1,5 @@
-//! The operations jobs an on-call engineer runs: `erase`, `drift`, `reconcile`, `rebuild`.
+//! The operations jobs an on-call engineer runs: `erase`, `drift`, `reconcile`, `rebuild`,
+//! `replay`.
 //! Each is safe to run twice and to kill halfway, and says what it is doing.
 
 pub mod cut;
@@ -8,6 +9,7 @@ pub mod erase;
 pub mod progress;
 pub mod rebuild;
 pub mod reconcile;
+pub mod replay;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

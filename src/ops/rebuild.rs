@@ -20,13 +20,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use futures::TryStreamExt;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::consumer::BaseConsumer;
 use tracing::{info, warn};
 
 use super::cut::{self, Pipeline};
 use super::progress::Progress;
 use crate::error::{Error, Result};
+use crate::kafka::group::{self, CountClock};
 use crate::records::DeltaInput;
 use crate::store::counts::CounterRow;
 
@@ -87,30 +87,15 @@ async fn rebuild(p: &Pipeline, group: &str) -> Result<RebuildReport> {
     )))
 }
 
-/// Stage 2 must be stopped. Its members are static: a stopped one stays in the group until
-/// its session times out, so that long is waited for before refusing.
+/// Stage 2 must be stopped (its next commit would undo the rebuild's positions).
 async fn refuse_live_group(p: &Pipeline, group: &str) -> Result<()> {
-    let c: BaseConsumer = crate::kafka::client_config(&p.settings.kafka).create()?;
-    let patience = p.settings.kafka.session_timeout + std::time::Duration::from_secs(5);
-    let started = std::time::Instant::now();
-    let live = loop {
-        let list = tokio::task::block_in_place(|| {
-            c.fetch_group_list(Some(group), p.settings.kafka.request_timeout)
-        })?;
-        let live: usize = list.groups().iter().map(|g| g.members().len()).sum();
-        if live == 0 || started.elapsed() > patience {
-            break live;
-        }
-        super::progress::waiting(&format!("{group} to have no members"), started).await;
-    };
-    if live > 0 {
-        return Err(Error::Refused(format!(
-            "group {group} has {live} live member(s): stop stage 2 (`likes count`, e.g. scale it to 0) \
-             before a rebuild; a stopped member leaves after kafka.session_timeout ({:?})",
-            p.settings.kafka.session_timeout
-        )));
-    }
-    Ok(())
+    tokio::task::block_in_place(|| {
+        group::wait_until_empty(
+            &p.settings.kafka,
+            group,
+            "stop stage 2 (`likes count`, e.g. scale it to 0) before a rebuild",
+        )
+    })
 }
 
 /// LIKED edges per item at `k`, over the whole table; Err((item, user)) for an edge in flight.
@@ -254,17 +239,15 @@ fn commit_resume(
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()?;
-    let mut tpl = TopicPartitionList::new();
-    for &(partition, offset) in resume {
-        tpl.add_partition_offset(topic, partition, Offset::Offset(offset))?;
-        if let Some(mut e) = tpl.find_partition(topic, partition) {
-            e.set_metadata(crate::count::clock_metadata(
-                w0,
-                p.topology.window.as_millis() as i64,
-            ));
-        }
-    }
-    tokio::task::block_in_place(|| c.commit(&tpl, CommitMode::Sync))?;
+    let clock = CountClock {
+        clock_ms: w0,
+        window_ms: p.topology.window.as_millis() as i64,
+    };
+    let positions: Vec<(i32, i64, String)> = resume
+        .iter()
+        .map(|&(partition, offset)| (partition, offset, clock.metadata()))
+        .collect();
+    tokio::task::block_in_place(|| group::commit(&c, topic, &positions))?;
     info!(%group, ?resume, clock = w0, "count group set to replay the tail from the cut");
     Ok(())
 }

@@ -13,24 +13,7 @@ use super::shutdown::CancellationToken;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
-
-/// Whether an error ends the process rather than the stage's incarnation: a wrong
-/// configuration, topology or schema, broken local state, or a fault test's crash. Errors
-/// of the dependencies (Kafka, Cassandra) start the stage over in-process.
-pub fn is_fatal(e: &Error) -> bool {
-    use rdkafka::error::KafkaError as K;
-    match e {
-        Error::Kafka(K::ClientConfig(..) | K::ClientCreation(_) | K::Subscription(_)) => true,
-        Error::Kafka(_) | Error::Timeout(..) => false,
-        Error::CqlConnect(_)
-        | Error::CqlExecution(_)
-        | Error::CqlPaging(_)
-        | Error::CqlNextRow(_)
-        | Error::CqlTransient(_) => false,
-        _ => true,
-    }
-}
+use crate::error::Result;
 
 /// Exponential backoff between incarnations: 1 s doubling to 10 s (a dependency back must
 /// not wait long for its stage), back to 1 s once an
@@ -73,7 +56,7 @@ impl Backoff {
     ) -> Result<Option<Duration>> {
         let e = match result {
             Ok(()) => return Ok(None),
-            Err(e) if is_fatal(&e) => return Err(e),
+            Err(e) if e.ends_process() => return Err(e),
             Err(e) => e,
         };
         if stop.is_cancelled() {
@@ -222,14 +205,14 @@ mod tests {
 
     #[test]
     fn dependency_errors_restart_the_stage_and_the_rest_end_the_process() {
+        use crate::error::Error;
         use rdkafka::error::KafkaError;
         use rdkafka::types::RDKafkaErrorCode as C;
-        assert!(!is_fatal(&Error::Kafka(KafkaError::MessageConsumption(
-            C::AllBrokersDown
-        ))));
-        assert!(!is_fatal(&Error::Timeout(Duration::ZERO, "x".into())));
-        assert!(is_fatal(&Error::Config("x".into())));
-        assert!(is_fatal(&Error::Injected("x")));
-        assert!(is_fatal(&Error::State("x".into())));
+        let broker_away = Error::Kafka(KafkaError::MessageConsumption(C::AllBrokersDown));
+        assert!(!broker_away.ends_process());
+        assert!(!Error::Timeout(Duration::ZERO, "x".into()).ends_process());
+        assert!(Error::Config("x".into()).ends_process());
+        assert!(Error::Injected("x").ends_process());
+        assert!(Error::State("x".into()).ends_process());
     }
 }

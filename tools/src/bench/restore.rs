@@ -17,9 +17,10 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::stats::{fig, mmm};
 use likes::config::Settings;
-use likes::dedupe::recovery::{recover_partitions, Committed, Recovery};
+use likes::dedupe::recovery::{recover_partitions, Recovery};
 use likes::dedupe::rule::EdgeVersion;
 use likes::dedupe::state::{encode_version, EdgeStore};
+use likes::kafka::group::DedupeOffset;
 use likes::kafka::{self, LogContext};
 use likes::runtime::supervise::Health;
 use likes::topology::Topology;
@@ -134,7 +135,9 @@ fn restores(
         peak_rss_mb: 0.0,
         resumed_read: 0,
     };
-    let all: Vec<(i32, Committed)> = (0..partitions).map(|p| (p, Committed::default())).collect();
+    let all: Vec<(i32, DedupeOffset)> = (0..partitions)
+        .map(|p| (p, DedupeOffset::default()))
+        .collect();
     for i in 0..args.repeats {
         let t = Instant::now();
         let n = tokio::task::block_in_place(|| bare_read(settings, topic, partitions))?;
@@ -158,7 +161,7 @@ fn restores(
     // Half the partitions restored and flushed, as a restore killed after its last flush
     // leaves them; then the whole restore again on the same store reads only the rest.
     let store = EdgeStore::open(&dir.join("resumed"), 7 * 24 * 3_600_000, 64 << 20)?;
-    let half: Vec<(i32, Committed)> = all.iter().take(all.len() / 2).cloned().collect();
+    let half: Vec<(i32, DedupeOffset)> = all.iter().take(all.len() / 2).cloned().collect();
     restore(settings, topic, &store, &half)?;
     store.flush()?;
     report.resumed_read = restore(settings, topic, &store, &all)?;
@@ -170,7 +173,7 @@ fn restore(
     settings: &Settings,
     topic: &str,
     store: &EdgeStore,
-    partitions: &[(i32, Committed)],
+    partitions: &[(i32, DedupeOffset)],
 ) -> Result<u64> {
     let health = Health::new("dedupe", Duration::MAX);
     let read = tokio::task::block_in_place(|| {

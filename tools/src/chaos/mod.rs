@@ -25,7 +25,6 @@ use crate::demo::wait_ready;
 use crate::loadgen::{self, Live, Mix, MixArgs, Target};
 use anyhow::{anyhow, Context, Result};
 use faults::{Fault, Fleet, Planned};
-use likes::cmd;
 use likes::config::Settings;
 use likes::runtime::shutdown::CancellationToken;
 use likes::topology::Topology;
@@ -466,7 +465,7 @@ async fn drain(
 /// A replay under way: the stage it holds stopped, and the reset's outcome.
 type Replaying = (
     &'static str,
-    tokio::task::JoinHandle<likes::Result<cmd::replay::ReplayReport>>,
+    tokio::task::JoinHandle<likes::Result<likes::ops::replay::ReplayReport>>,
 );
 
 /// The faults of a run as they strike, one at a time: a fault waits until the dependency
@@ -618,7 +617,13 @@ impl Strikes<'_> {
                 let to = likes::runtime::clock::now_ms() - *back_s as i64 * 1000;
                 let (s, t) = (self.settings.clone(), self.topology.clone());
                 let task = tokio::spawn(async move {
-                    cmd::replay::run_checked(&s, &t, &group, cmd::replay::Target::Time(to)).await
+                    likes::ops::replay::run_checked(
+                        &s,
+                        &t,
+                        &group,
+                        likes::ops::replay::Target::Time(to),
+                    )
+                    .await
                 });
                 self.replaying = Some((stage, task));
             }

@@ -5,19 +5,18 @@
 //! changelog carries too), and stage 2's fence skips every window already applied, so
 //! counts do not move. A stage-1 target older than the dedupe horizon is refused: state for
 //! it no longer exists. It refuses while the group has live members (their next commit would
-//! undo the reset), relying on the broker, which rejects a commit from outside a non-empty
-//! group.
+//! undo the reset), waiting first for as long as a stopped member may keep its place.
 
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::info;
 
 use crate::config::Settings;
-use crate::dedupe::recovery::{reset_metadata, reset_token, Committed};
 use crate::error::{Error, Result};
 use crate::kafka;
+use crate::kafka::group::{self, CountClock, DedupeOffset, Position};
 use crate::runtime::clock::now_ms;
 use crate::topology::Topology;
 
@@ -105,60 +104,45 @@ pub fn run(
         };
         offsets.push((p, offset));
     }
-    let mut ask = TopicPartitionList::new();
-    for &(p, _) in &offsets {
-        ask.add_partition(&topic, p);
-    }
-    let committed = consumer.committed_offsets(ask, timeout)?;
+    let parts: Vec<i32> = offsets.iter().map(|&(p, _)| p).collect();
+    let committed = group::committed(&consumer, &topic, &parts, timeout)?;
     refuse_skips(&committed, group, &topic, &offsets)?;
     if !is_count {
         refuse_past_horizon(&consumer, topology, &topic, &offsets, target, timeout)?;
     }
 
-    let token = reset_token();
-    let mut tpl = TopicPartitionList::new();
-    for &(p, o) in &offsets {
-        tpl.add_partition_offset(&topic, p, Offset::Offset(o))?;
-        let metadata = if is_count {
-            // Stage 2 restarts its window clock from the records themselves.
-            crate::count::clock_metadata(0, 0)
-        } else {
-            // Everything below the old position was emitted: the reset rewinds the input,
-            // never the history.
-            let old = committed.find_partition(&topic, p);
-            let at = match old.as_ref().map(|e| e.offset()) {
-                Some(Offset::Offset(o)) => Some(o),
-                _ => None,
+    let token = DedupeOffset::reset_token();
+    let positions: Vec<(i32, i64, String)> = offsets
+        .iter()
+        .zip(&committed)
+        .map(|(&(p, o), old)| {
+            let metadata = if is_count {
+                // Stage 2 restarts its window clock from the records themselves.
+                CountClock::default().metadata()
+            } else {
+                // Everything below the old position was emitted: the reset rewinds the
+                // input, never the history.
+                let was = DedupeOffset::of(old);
+                let emitted = was.emitted.unwrap_or(0).max(old.offset.unwrap_or(0));
+                was.reset_metadata(emitted, &token)
             };
-            let was = Committed::parse(at, old.as_ref().map_or("", |e| e.metadata()));
-            let emitted = was.emitted.unwrap_or(0).max(at.unwrap_or(0));
-            reset_metadata(emitted, &token, &was)
-        };
-        if let Some(mut e) = tpl.find_partition(&topic, p) {
-            e.set_metadata(metadata);
-        }
-    }
-    // Stages are static members: a stopped (or killed) one stays in the group until its
-    // session times out, so wait that long for the group to empty before refusing.
-    let patience = settings.kafka.session_timeout + Duration::from_secs(5);
-    let started = std::time::Instant::now();
-    loop {
-        match consumer.commit(&tpl, CommitMode::Sync) {
-            Ok(()) => break,
-            Err(e) if started.elapsed() < patience => {
-                info!(%group, error = %e, "group still has members; waiting for it to empty");
-                std::thread::sleep(Duration::from_secs(1));
-            }
-            Err(e) => {
-                return Err(Error::Refused(format!(
-                    "group {group} refused the reset ({e}): it has live members. Stop every \
-                     process of the stage first; a stopped or killed member leaves the group \
-                     after kafka.session_timeout ({:?})",
-                    settings.kafka.session_timeout
-                )))
-            }
-        }
-    }
+            (p, o, metadata)
+        })
+        .collect();
+    // A live member's next commit would undo the reset.
+    group::wait_until_empty(
+        &settings.kafka,
+        group,
+        "stop every process of the stage before a replay",
+    )?;
+    // The broker refuses a commit from outside a group that has members: one that joined
+    // since the check is refused here too.
+    group::commit(&consumer, &topic, &positions).map_err(|e| {
+        Error::Refused(format!(
+            "group {group} refused the reset ({e}): a member joined it. Stop every process \
+             of the stage and run the replay again"
+        ))
+    })?;
     info!(%group, %topic, partitions = offsets.len(), ?target, "group offsets reset");
     // Give the broker a moment so a stage started right after sees the new offsets.
     std::thread::sleep(Duration::from_millis(100));
@@ -253,19 +237,17 @@ pub async fn run_checked(
 /// A replay only moves a group back. Moving it past its committed offset would skip records
 /// the stage never read: likes that would never be counted.
 fn refuse_skips(
-    committed: &TopicPartitionList,
+    committed: &[Position],
     group: &str,
     topic: &str,
     offsets: &[(i32, i64)],
 ) -> Result<()> {
     let skips: Vec<String> = offsets
         .iter()
-        .filter_map(|&(p, to)| {
-            let at = match committed.find_partition(topic, p)?.offset() {
-                Offset::Offset(o) => o,
-                // Never committed: the stage starts from the earliest record.
-                _ => 0,
-            };
+        .zip(committed)
+        .filter_map(|(&(p, to), c)| {
+            // Never committed: the stage starts from the earliest record.
+            let at = c.offset.unwrap_or(0);
             (to > at).then(|| format!("{topic}/{p}: {} records ({at}..{to})", to - at))
         })
         .collect();
