@@ -73,7 +73,6 @@ impl App {
 }
 
 /// Every route.
-
 pub fn router(app: Arc<App>) -> Router {
     let admission = Arc::new(admission::Admission::new(
         app.settings.api.max_writes_in_flight,

@@ -3,12 +3,11 @@
 //! changelog; when it comes back, it takes them back and restores what it missed. Counts stay
 //! exact and no (item, window) is applied twice.
 
-mod common;
 
 use std::time::Duration;
 
-use common::procs::{self, Stage};
-use common::topology as fx;
+use crate::common::procs::{self, Stage};
+use crate::common::topology as fx;
 
 /// How many edges a stage's log says it restored from the changelog, in all.
 fn restored(log: &std::path::Path) -> u64 {

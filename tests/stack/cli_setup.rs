@@ -1,7 +1,6 @@
 //! `likes migrate` and `likes topics`, run as the real binary against the real stack: twice
 //! without error and without change, and `topics` refusing a partition-count change.
 
-mod common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -36,11 +35,11 @@ async fn schema_snapshot(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_twice_creates_once_and_then_changes_nothing() {
-    let settings = common::settings("migrate");
-    let env = common::env_for(&settings);
+    let settings = crate::common::settings("migrate");
+    let env = crate::common::env_for(&settings);
     let ks = &settings.cql.keyspace;
 
-    let (ok, out, err) = common::likes(&["migrate"], &env);
+    let (ok, out, err) = crate::common::likes(&["migrate"], &env);
     assert!(ok, "first migrate failed: {err}");
     assert!(out.contains(&format!("keyspace {ks}: created")), "{out}");
     assert!(
@@ -70,7 +69,7 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
         ]
     );
 
-    let (ok, out, err) = common::likes(&["migrate"], &env);
+    let (ok, out, err) = crate::common::likes(&["migrate"], &env);
     assert!(ok, "second migrate failed: {err}");
     assert!(out.contains("nothing to do"), "{out}");
     assert!(!out.contains("created"), "{out}");
@@ -84,14 +83,14 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
     ] {
         session.query_unpaged(q, ()).await.unwrap();
     }
-    let (ok, out, err) = common::likes(&["migrate"], &env);
+    let (ok, out, err) = crate::common::likes(&["migrate"], &env);
     assert!(ok, "migrate of an older keyspace failed: {err}");
     assert!(out.contains("edges: added column recent_keys"), "{out}");
     assert!(
         out.contains(&format!("DROP TABLE {ks}.idempotency")),
         "the retired table is named with its drop command: {out}"
     );
-    let (ok, out, _) = common::likes(&["migrate"], &env);
+    let (ok, out, _) = crate::common::likes(&["migrate"], &env);
     assert!(ok && out.contains("nothing to do"), "{out}");
     session
         .query_unpaged(format!("DROP TABLE {ks}.idempotency"), ())
@@ -103,7 +102,7 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
         .query_unpaged(format!("ALTER TABLE {ks}.like_counts ADD extra int"), ())
         .await
         .unwrap();
-    let (ok, _, err) = common::likes(&["migrate"], &env);
+    let (ok, _, err) = crate::common::likes(&["migrate"], &env);
     assert!(!ok);
     assert!(
         err.contains("like_counts") && err.contains("column extra"),
@@ -181,11 +180,11 @@ async fn delete_topics(settings: &likes::config::Settings, topology: &Topology) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift() {
-    let settings = common::settings("topics");
-    let env = common::env_for(&settings);
+    let settings = crate::common::settings("topics");
+    let env = crate::common::env_for(&settings);
     let topology = Topology::load(None).unwrap();
 
-    let (ok, out, err) = common::likes(&["topics"], &env);
+    let (ok, out, err) = crate::common::likes(&["topics"], &env);
     assert!(ok, "first topics failed: {err}");
     let events = settings.topic("likes.events");
     assert!(
@@ -203,7 +202,7 @@ async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift
         }
     }
 
-    let (ok, out, err) = common::likes(&["topics"], &env);
+    let (ok, out, err) = crate::common::likes(&["topics"], &env);
     assert!(ok, "second topics failed: {err}");
     assert!(out.contains("nothing to do"), "{out}");
     assert_eq!(topics_snapshot(&settings, &topology).await, first);
@@ -224,7 +223,7 @@ async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift
         .unwrap();
     // KRaft applies a config change through the metadata log: wait until it is visible.
     wait_for_config(&admin, &deltas, "message.timestamp.type", "CreateTime").await;
-    let (ok, out, err) = common::likes(&["topics"], &env);
+    let (ok, out, err) = crate::common::likes(&["topics"], &env);
     assert!(ok, "{err}");
     assert!(
         out.contains(&format!("topic {deltas}: config message.timestamp.type")),
@@ -241,7 +240,7 @@ async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift
         Some("3600000"),
         "topics must not revert a config topology/ does not name"
     );
-    let (ok, out, _) = common::likes(&["topics"], &env);
+    let (ok, out, _) = crate::common::likes(&["topics"], &env);
     assert!(ok && out.contains("nothing to do"), "{out}");
     assert_eq!(topics_snapshot(&settings, &topology).await, first);
 
@@ -250,8 +249,8 @@ async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topics_refuses_to_change_a_partition_count_and_creates_nothing() {
-    let settings = common::settings("refuse");
-    let env = common::env_for(&settings);
+    let settings = crate::common::settings("refuse");
+    let env = crate::common::env_for(&settings);
     let topology = Topology::load(None).unwrap();
     let events = settings.topic("likes.events");
 
@@ -266,7 +265,7 @@ async fn topics_refuses_to_change_a_partition_count_and_creates_nothing() {
         .remove(0)
         .unwrap();
 
-    let (ok, _, err) = common::likes(&["topics"], &env);
+    let (ok, _, err) = crate::common::likes(&["topics"], &env);
     assert!(!ok, "topics must refuse");
     assert!(
         err.contains(&events) && err.contains("3 partitions") && err.contains("refusing"),

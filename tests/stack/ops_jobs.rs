@@ -11,15 +11,14 @@
 
 #![cfg(feature = "failpoints")]
 
-mod common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::api::{self, Client, ADMIN};
-use common::topology as fx;
+use crate::common::api::{self, Client, ADMIN};
+use crate::common::topology as fx;
 use likes::config::Settings;
 use likes::ops::cut::Pipeline;
 use likes::ops::drift::{self, Scope};
@@ -40,7 +39,7 @@ fn quick(s: &mut Settings) {
 
 /// The same settings for the `likes` binary.
 fn env(settings: &Settings, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
-    let mut e = common::env_for(settings);
+    let mut e = crate::common::env_for(settings);
     e.extend([
         ("LIKES__API__WRITE_DEADLINE", "2s".to_string()),
         ("LIKES__CQL__REQUEST_TIMEOUT", "5s".to_string()),
@@ -209,7 +208,7 @@ async fn erasure_takes_back_exactly_the_users_likes_and_resumes_after_kill9() {
             ("FAILPOINTS", "api-after-flip-before-produce=1*return"),
         ],
     );
-    let (ok, out, err) = common::likes(&["erase"], &failing);
+    let (ok, out, err) = crate::common::likes(&["erase"], &failing);
     assert!(
         ok && err.contains("injected") && err.contains("running it again"),
         "{out}\n{err}"
@@ -217,7 +216,7 @@ async fn erasure_takes_back_exactly_the_users_likes_and_resumes_after_kill9() {
 
     // Run again: nothing left to walk.
     let fast = env(&settings, &[("LIKES__OPS__ERASE_PURGE_AFTER", "0s")]);
-    let (ok, out, err) = common::likes(&["erase"], &fast);
+    let (ok, out, err) = crate::common::likes(&["erase"], &fast);
     assert!(ok, "{out}\n{err}");
     let done = app.store.erasures.get(&id).await.unwrap().unwrap();
     assert_eq!(
@@ -237,7 +236,7 @@ async fn erasure_takes_back_exactly_the_users_likes_and_resumes_after_kill9() {
         assert!(!edge.liked, "item-{i} is still liked by the erased user");
     }
     // A second run changes nothing.
-    let (ok, out, err) = common::likes(&["erase", "--user", "vic"], &fast);
+    let (ok, out, err) = crate::common::likes(&["erase", "--user", "vic"], &fast);
     assert!(ok, "{out}\n{err}");
     let again = app.store.erasures.get(&id).await.unwrap().unwrap();
     assert_eq!((again.walked, again.unliked), (done.walked, done.unliked));
@@ -319,7 +318,7 @@ async fn erasure_takes_back_exactly_the_users_likes_and_resumes_after_kill9() {
 
     // The purge, once every row is due: the user is gone.
     tokio::time::sleep(Duration::from_secs(17)).await;
-    let (ok, out, err) = common::likes(&["erase"], &fast);
+    let (ok, out, err) = crate::common::likes(&["erase"], &fast);
     assert!(ok, "{out}\n{err}");
     let r = client
         .http
@@ -510,7 +509,7 @@ async fn two_reconcile_runs_at_once_never_correct_twice() {
     // On a runtime of its own: the fail point's sleep blocks the thread it runs on.
     let cronjob = {
         let (s, t) = (settings.clone(), topology.clone());
-        common::on_own_runtime(move || async move {
+        crate::common::on_own_runtime(move || async move {
             let p = Pipeline::connect(&s, &t).await.unwrap();
             reconcile::run(&p, vec!["item-1".into()], false, "nightly").await
         })

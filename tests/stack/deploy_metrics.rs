@@ -4,15 +4,14 @@
 //! drift gauges as `likes drift --metrics-file` writes them. A rule on a metric nobody
 //! exports would never fire; this is the test that it exists.
 
-mod common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::procs::{harness, Stage};
+use crate::common::procs::{harness, Stage};
 
-const RULES: &str = include_str!("../k8s/components/monitoring/prometheusrule.yaml");
-const DASHBOARD: &str = include_str!("../k8s/components/monitoring/dashboard.json");
+const RULES: &str = include_str!("../../k8s/components/monitoring/prometheusrule.yaml");
+const DASHBOARD: &str = include_str!("../../k8s/components/monitoring/dashboard.json");
 
 /// Every `likes_…` metric name a text mentions (recording rules are `likes:…`, not matched).
 fn metric_names(text: &str) -> BTreeSet<String> {
@@ -65,10 +64,10 @@ async fn scrape(http: &reqwest::Client, port: u16) -> String {
 async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
     let h = harness("deploymetrics").await;
     let key = "deploy-metrics-session-key-0123456789abcdef".to_string();
-    let api_port = common::free_port();
+    let api_port = crate::common::free_port();
     let ports: Vec<(&'static str, u16)> = ["api", "relay", "dedupe", "count"]
         .into_iter()
-        .map(|p| (p, common::free_port()))
+        .map(|p| (p, crate::common::free_port()))
         .collect();
     let mut procs: Vec<Stage> = ports
         .iter()
@@ -100,9 +99,9 @@ async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let mut env = common::env_for(&h.settings);
+    let mut env = crate::common::env_for(&h.settings);
     env.push(("LIKES__API__SESSION_KEY", key.clone()));
-    let (ok, token, err) = common::likes(&["token", "--user", "alice"], &env);
+    let (ok, token, err) = crate::common::likes(&["token", "--user", "alice"], &env);
     assert!(ok, "likes token: {err}");
     let token = token.trim();
     for (item, k) in [("item-1", "k1"), ("item-2", "k2")] {
@@ -127,7 +126,7 @@ async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
     let want = std::collections::BTreeMap::from([("item-1".to_string(), 1)]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
-        let have = common::topology::nonzero(&common::topology::counts(&h.settings).await);
+        let have = crate::common::topology::nonzero(&crate::common::topology::counts(&h.settings).await);
         if have == want {
             break;
         }
@@ -140,7 +139,7 @@ async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
 
     // The drift gauges come from the drift job, not a server.
     let drift_file = h.dir.join("drift.prom");
-    let (ok, out, err) = common::likes(
+    let (ok, out, err) = crate::common::likes(
         &[
             "drift",
             "--item",
@@ -148,7 +147,7 @@ async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
             "--metrics-file",
             drift_file.to_str().unwrap(),
         ],
-        &common::env_for(&h.settings),
+        &crate::common::env_for(&h.settings),
     );
     assert!(ok, "likes drift: {out}\n{err}");
 
@@ -177,7 +176,7 @@ async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
     for p in &mut procs {
         p.stop();
     }
-    common::topology::teardown(&h.settings, &h.topology).await;
+    crate::common::topology::teardown(&h.settings, &h.topology).await;
 }
 
 #[test]

@@ -4,7 +4,6 @@
 //! stages, were rolled first). Every count converges to the truth, duplicates of either
 //! form die in stage 1, and nothing goes to the dead-letter topic.
 
-mod common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,7 +12,7 @@ use likes::records::Flip;
 use likes::schema::v1::{ClientPlatform, Source};
 use prost::Message;
 
-use common::topology as fx;
+use crate::common::topology as fx;
 
 /// The released schema's types, as `build.rs` compiles `schemas/released/v1.0.0`.
 #[allow(dead_code)] // only its LikeEvent is written here

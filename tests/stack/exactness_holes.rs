@@ -5,7 +5,6 @@
 //! - a dead letter too large for the producer never crash-loops stage 1;
 //! - changing the window length between runs neither freezes counts nor re-applies windows.
 
-mod common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,7 +14,7 @@ use rdkafka::message::Headers;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message as _, Offset, TopicPartitionList};
 
-use common::topology as fx;
+use crate::common::topology as fx;
 use likes::config::Settings;
 use likes::kafka;
 use likes::ops::replay::{self, Target};
@@ -274,7 +273,7 @@ async fn a_dead_letter_too_large_to_send_never_stops_stage_1() {
     assert_eq!(d.dead_letters, 1);
 
     let dlq: BaseConsumer = kafka::client_config(&settings.kafka)
-        .set("group.id", common::unique("bigdlq"))
+        .set("group.id", crate::common::unique("bigdlq"))
         .set("auto.offset.reset", "earliest")
         .create()
         .unwrap();
@@ -448,7 +447,7 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
     // changelog partition 3, still open when the new owner starts its restore (its offset
     // commit is already visible; its changelog markers are not yet).
     let producer: BaseProducer = kafka::producer_config(&settings.kafka)
-        .set("transactional.id", common::unique("restore-txn"))
+        .set("transactional.id", crate::common::unique("restore-txn"))
         .create()
         .unwrap();
     let t = Duration::from_secs(10);

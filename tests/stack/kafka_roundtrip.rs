@@ -1,7 +1,6 @@
 //! A LikeEvent encoded with prost goes through the real broker and comes back equal, on the
 //! partition the Java client's murmur2 picks for its key.
 
-mod common;
 
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ const PARTITIONS: i32 = 4;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn like_events_round_trip_on_the_murmur2_partition() {
-    let settings = common::settings("roundtrip");
+    let settings = crate::common::settings("roundtrip");
     let topic = settings.topic("likes.events");
     let admin = kafka::admin(&settings.kafka).unwrap();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
@@ -81,7 +80,7 @@ async fn like_events_round_trip_on_the_murmur2_partition() {
     }
 
     let consumer: StreamConsumer = kafka::client_config(&settings.kafka)
-        .set("group.id", common::unique("roundtrip"))
+        .set("group.id", crate::common::unique("roundtrip"))
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .create()

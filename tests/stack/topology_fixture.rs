@@ -6,7 +6,6 @@
 //! refused. A corrupt record lands on
 //! the dead-letter topic and the stage keeps going.
 
-mod common;
 
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Headers;
 use rdkafka::Message as _;
 
-use common::topology as fx;
+use crate::common::topology as fx;
 use likes::kafka;
 use likes::schema::v1::{delta_record, Correction, DeltaRecord};
 use likes::topology::Topology;
@@ -56,7 +55,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
 
     // The dead letter carries the reason and where it came from.
     let dlq: StreamConsumer = kafka::client_config(&settings.kafka)
-        .set("group.id", common::unique("dlq"))
+        .set("group.id", crate::common::unique("dlq"))
         .set("auto.offset.reset", "earliest")
         .create()
         .unwrap();
@@ -119,11 +118,11 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         settings.group(&topology.groups.dedupe),
         settings.group(&topology.groups.count),
     ];
-    let mut env = common::env_for(&settings);
+    let mut env = crate::common::env_for(&settings);
     env.push(("LIKES__KAFKA__SESSION_TIMEOUT", "6s".into()));
     let run = fx::start(&settings, &topology);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (ok, _, err) = common::likes(&["replay", "--group", &groups[1], "--to-earliest"], &env);
+    let (ok, _, err) = crate::common::likes(&["replay", "--group", &groups[1], "--to-earliest"], &env);
     assert!(!ok, "replay must refuse while the count stage runs");
     // A refusal the operator acts on, not a configuration error (issue 24).
     assert!(
@@ -135,7 +134,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     // Replay: wipe the dedupe state, reset both groups to earliest, run again.
     std::fs::remove_dir_all(&settings.dedupe.state_dir).unwrap();
     for g in &groups {
-        let (ok, out, err) = common::likes(&["replay", "--group", g, "--to-earliest"], &env);
+        let (ok, out, err) = crate::common::likes(&["replay", "--group", g, "--to-earliest"], &env);
         assert!(ok, "replay {g}: {err}");
         assert!(out.contains("offset 0"), "{out}");
     }
@@ -162,7 +161,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     // re-offers already applied windows), the dedupe group to just before its first event, with
     // its state present: every event is read again and none emits. A time past what a group
     // has read is refused: it would skip records.
-    let (ok, _, err) = common::likes(
+    let (ok, _, err) = crate::common::likes(
         &[
             "replay",
             "--group",
@@ -178,7 +177,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     );
     for (g, to) in groups.iter().zip([before_events, before_corrections]) {
         let to = to.to_string();
-        let (ok, out, err) = common::likes(&["replay", "--group", g, "--to-time", &to], &env);
+        let (ok, out, err) = crate::common::likes(&["replay", "--group", g, "--to-time", &to], &env);
         assert!(ok, "replay {g} --to-time {to}: {err}");
         eprintln!("{out}");
     }

@@ -1,7 +1,6 @@
 //! The conditional write every edge relies on: `INSERT ... IF NOT EXISTS` applies once, and
 //! the second attempt is rejected with the existing row in the answer, on real Cassandra.
 
-mod common;
 
 use scylla::value::{CqlTimestamp, CqlValue, Row};
 
@@ -31,7 +30,7 @@ fn col<'a>(cols: &'a [(String, Option<CqlValue>)], name: &str) -> Option<&'a Cql
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insert_if_not_exists_applies_once_and_shows_the_winner() {
-    let settings = common::settings("lwt");
+    let settings = crate::common::settings("lwt");
     let ks = settings.cql.keyspace.clone();
     let session = cql::connect(&settings.cql).await.unwrap();
     cmd::migrate::run(&session, &settings.cql).await.unwrap();

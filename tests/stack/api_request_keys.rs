@@ -3,13 +3,12 @@
 //! the flip can let a retry run again; concurrent requests with one key get one answer; the
 //! keys an edge remembers are bounded; an operator's keys live where no user key can reach.
 
-mod common;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use common::api::{self, Client};
-use common::topology as fx;
+use crate::common::api::{self, Client};
+use crate::common::topology as fx;
 
 /// The (stored) request keys the edge row remembers.
 async fn recent_keys(settings: &likes::config::Settings, item: &str, user: &str) -> Vec<String> {

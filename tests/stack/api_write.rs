@@ -3,7 +3,6 @@
 //! hole, the reads, and every class of bad input getting a clear 4xx that changes nothing.
 //! Events are counted on the real `likes.events` topic.
 
-mod common;
 
 use std::sync::Arc;
 
@@ -12,8 +11,8 @@ use likes::topology::Topology;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use common::api::{self, all_events, of, Client};
-use common::topology as fx;
+use crate::common::api::{self, all_events, of, Client};
+use crate::common::topology as fx;
 
 /// The (op_id, liked) events on the namespace's events topic for one edge.
 async fn events_of(
