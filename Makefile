@@ -150,8 +150,8 @@ alerts-check: ## promtool check rules + promtool test rules on the PrometheusRul
 
 deploy-check: schema-check k8s-check alerts-check ## Every deploy check CI runs but the image: schemas, manifests, alerts
 
-# The released schema set `buf breaking` compares against (schemas/released/; see the README's
-# "Schemas"). buf refuses a baseline inside the module it checks, so it reads it as a tar.
+# The released schema set `buf breaking` compares against (schemas/released/; see docs/architecture.md,
+# "Records and their schemas"). buf refuses a baseline inside the module it checks, so it reads it as a tar.
 SCHEMA_BASELINE ?= v1.0.0
 schema-check: buf ## buf lint, buf breaking against the last released schemas, the golden byte tests
 	cd schemas && $(BUF) lint

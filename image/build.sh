@@ -9,7 +9,7 @@
 #   error) and runs the image's root filesystem with the same entrypoint and user instead
 #   (chroot), so the bytes that ship are still the bytes that ran.
 #
-# Needs: buildah (Debian package; stack/prereqs.sh image), podman to run it (optional),
+# Needs: buildah (Debian package; stack/prereqs.sh deploy), podman to run it (optional),
 # Kafka and Cassandra up for step 4 (`make up`). LIKES_IMAGE names the image;
 # LIKES_IMAGE_RUN=rootfs skips the container and runs the root filesystem (the fallback).
 set -euo pipefail

@@ -16,7 +16,7 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// An exact like counter: a Kafka-native stream application.
 ///
 /// Configuration: embedded defaults, then --config FILE, then LIKES__SECTION__KEY environment
-/// variables (for example LIKES__CQL__KEYSPACE=likes_dev). See README.md.
+/// variables (for example LIKES__CQL__KEYSPACE=likes_dev). See docs/configuration.md.
 #[derive(Parser)]
 #[command(name = "likes", version, about, long_about)]
 struct Cli {
@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Create the CQL keyspace and tables, and record the topology's bucket count and window
-    /// in it (idempotent; never alters or drops a table).
+    /// in it (idempotent; adds columns a newer version needs, never drops or rewrites a table).
     ///
     /// Example: after changing `window` in topology/, `likes migrate --accept-window-change`.
     Migrate {
@@ -122,9 +122,9 @@ enum Command {
     /// deltas tail on top. Stage 2 must be stopped; start it again afterwards.
     ///
     /// Example (counter table lost):
-    ///   kubectl scale deploy/likes-count --replicas=0
+    ///   kubectl -n likes scale statefulset/likes-count --replicas=0
     ///   likes migrate && likes rebuild
-    ///   kubectl scale deploy/likes-count --replicas=N
+    ///   kubectl -n likes scale statefulset/likes-count --replicas=N
     #[command(verbatim_doc_comment)]
     Rebuild,
     /// Reset a stage's consumer group to replay its input; counts do not move.

@@ -37,7 +37,7 @@ need_tools() {
   command -v java >/dev/null || die "java not found: install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless)"
   local major
   major="$(java -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2}')"
-  [[ "$major" == 17 ]] || die "java $major found, Cassandra 5.0 and Kafka 4 here need Java 17 (set PATH or JAVA_HOME)"
+  [[ "$major" == 17 ]] || die "java $major found, Cassandra 5.0 and Kafka 4 here need Java 17 (put a Java 17 `java` first on PATH)"
   command -v python3 >/dev/null || die "python3 not found (used for readiness probes): apt-get install python3"
 }
 

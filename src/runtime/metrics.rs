@@ -15,7 +15,7 @@ use crate::runtime::supervise::{Health, Liveness};
 /// Stage 1: LikeEvents read from `likes.events`.
 pub const EVENTS_IN: &str = "likes_dedupe_events_total";
 /// Stage 1: valid LikeEvents by the client platform they carry (label `platform`: the
-/// worked example of a schema field added end to end, see the README's "Schemas").
+/// worked example of a schema field added end to end, see docs/architecture.md, "Records and their schemas").
 pub const EVENTS_BY_PLATFORM: &str = "likes_dedupe_events_by_platform_total";
 /// Stage 1: events dropped as duplicates or stale reorders.
 pub const DUPLICATES: &str = "likes_dedupe_duplicates_total";

@@ -39,7 +39,7 @@ pub struct Edge {
     /// When the current state was set (its flip's event time).
     pub updated_at_ms: i64,
     /// The previous flip's event time; 0 when this is the first flip. Events carry it so
-    /// stage 1 can tell a first-seen edge's history (see the README's delta rule note).
+    /// stage 1 can tell a first-seen edge's history (docs/exactness.md, "Past the horizon").
     pub prev_at_ms: i64,
     /// The flips before that one, newest first, 0 past the known ones (`earlier_at`): with
     /// `prev_at_ms`, what stage 1 needs to find an edge's counted baseline past its horizon

@@ -3,8 +3,8 @@
 //! refuse a silent change; `likes migrate` is the documented way to make one.
 //!
 //! - buckets: an edge lives in CQL partition (item, hash(user) % buckets) and its events are
-//!   keyed the same way; another count moves every edge, so it is refused (README, "Changing
-//!   the bucket count").
+//!   keyed the same way; another count moves every edge, so it is refused (docs/operations.md,
+//!   "Changing a running pipeline").
 //! - window: the fence compares window end times in ms, so a new length is safe; it is still
 //!   recorded, and changed only by `likes migrate --accept-window-change`.
 //! - fence: keyspaces written before the fence moved to end times hold window indices in
@@ -153,7 +153,7 @@ fn refuse_buckets(r: &Recorded, t: &Topology, ks: &str) -> Result<()> {
         return Err(Error::Config(format!(
             "topology buckets = {} but keyspace {ks} was built with {}: another bucket count \
              moves every edge to another CQL partition and re-keys its events. Keep {} (see \
-             the README, \"Changing the bucket count\")",
+             docs/operations.md, \"Changing a running pipeline\")",
             t.buckets, r.buckets, r.buckets
         )));
     }

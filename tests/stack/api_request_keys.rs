@@ -3,7 +3,6 @@
 //! the flip can let a retry run again; concurrent requests with one key get one answer; the
 //! keys an edge remembers are bounded; an operator's keys live where no user key can reach.
 
-
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

@@ -3,7 +3,6 @@
 //! hole, the reads, and every class of bad input getting a clear 4xx that changes nothing.
 //! Events are counted on the real `likes.events` topic.
 
-
 use std::sync::Arc;
 
 use likes::config::Settings;

@@ -1,7 +1,6 @@
 //! `likes migrate` and `likes topics`, run as the real binary against the real stack: twice
 //! without error and without change, and `topics` refusing a partition-count change.
 
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

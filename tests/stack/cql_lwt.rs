@@ -1,7 +1,6 @@
 //! The conditional write every edge relies on: `INSERT ... IF NOT EXISTS` applies once, and
 //! the second attempt is rejected with the existing row in the answer, on real Cassandra.
 
-
 use scylla::value::{CqlTimestamp, CqlValue, Row};
 
 use likes::{cmd, cql};

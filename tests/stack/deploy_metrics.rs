@@ -4,7 +4,6 @@
 //! drift gauges as `likes drift --metrics-file` writes them. A rule on a metric nobody
 //! exports would never fire; this is the test that it exists.
 
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -126,7 +125,8 @@ async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
     let want = std::collections::BTreeMap::from([("item-1".to_string(), 1)]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
-        let have = crate::common::topology::nonzero(&crate::common::topology::counts(&h.settings).await);
+        let have =
+            crate::common::topology::nonzero(&crate::common::topology::counts(&h.settings).await);
         if have == want {
             break;
         }

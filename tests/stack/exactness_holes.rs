@@ -5,7 +5,6 @@
 //! - a dead letter too large for the producer never crash-loops stage 1;
 //! - changing the window length between runs neither freezes counts nor re-applies windows.
 
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -1,7 +1,6 @@
 //! A LikeEvent encoded with prost goes through the real broker and comes back equal, on the
 //! partition the Java client's murmur2 picks for its key.
 
-
 use std::time::Duration;
 
 use prost::Message;

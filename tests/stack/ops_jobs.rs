@@ -11,7 +11,6 @@
 
 #![cfg(feature = "failpoints")]
 
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -4,7 +4,6 @@
 //! stages, were rolled first). Every count converges to the truth, duplicates of either
 //! form die in stage 1, and nothing goes to the dead-letter topic.
 
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

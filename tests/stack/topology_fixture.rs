@@ -6,7 +6,6 @@
 //! refused. A corrupt record lands on
 //! the dead-letter topic and the stage keeps going.
 
-
 use std::time::Duration;
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -122,7 +121,8 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     env.push(("LIKES__KAFKA__SESSION_TIMEOUT", "6s".into()));
     let run = fx::start(&settings, &topology);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (ok, _, err) = crate::common::likes(&["replay", "--group", &groups[1], "--to-earliest"], &env);
+    let (ok, _, err) =
+        crate::common::likes(&["replay", "--group", &groups[1], "--to-earliest"], &env);
     assert!(!ok, "replay must refuse while the count stage runs");
     // A refusal the operator acts on, not a configuration error (issue 24).
     assert!(
@@ -177,7 +177,8 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     );
     for (g, to) in groups.iter().zip([before_events, before_corrections]) {
         let to = to.to_string();
-        let (ok, out, err) = crate::common::likes(&["replay", "--group", g, "--to-time", &to], &env);
+        let (ok, out, err) =
+            crate::common::likes(&["replay", "--group", g, "--to-time", &to], &env);
         assert!(ok, "replay {g} --to-time {to}: {err}");
         eprintln!("{out}");
     }

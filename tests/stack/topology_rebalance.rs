@@ -3,7 +3,6 @@
 //! changelog; when it comes back, it takes them back and restores what it missed. Counts stay
 //! exact and no (item, window) is applied twice.
 
-
 use std::time::Duration;
 
 use crate::common::procs::{self, Stage};

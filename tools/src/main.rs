@@ -20,7 +20,7 @@ use likes::runtime::{out, Boot};
 /// Tooling for `likes`: the demo, fault runs, benchmarks and load generation.
 ///
 /// Configuration is the product's: embedded defaults, then --config FILE, then
-/// LIKES__SECTION__KEY environment variables. See README.md.
+/// LIKES__SECTION__KEY environment variables. See docs/configuration.md.
 #[derive(Parser)]
 #[command(name = "likes-tools", version, about, long_about)]
 struct Cli {
@@ -54,7 +54,7 @@ enum Command {
     ///
     /// Examples: `likes-tools chaos --seed 7` (one run); `likes-tools chaos --seed 1 --runs 100`.
     Chaos(chaos::ChaosArgs),
-    /// Benchmarks (run on their own topics and keyspace; see README "Performance").
+    /// Benchmarks (run on their own topics and keyspace; see docs/performance.md).
     Bench {
         #[command(subcommand)]
         what: BenchCommand,
