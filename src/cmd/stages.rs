@@ -19,9 +19,10 @@ use crate::api::{self, App};
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::relay::{self, Relay};
+use crate::runtime::health::Health;
 use crate::runtime::metrics;
 use crate::runtime::shutdown::{self, CancellationToken, Tasks};
-use crate::runtime::supervise::{connect_patiently, Health};
+use crate::runtime::supervise::connect_patiently;
 use crate::topology::Topology;
 use crate::{count, dedupe};
 

@@ -56,7 +56,7 @@ pub fn recover_partition(
         store,
         &[(partition, committed.clone())],
         // Nobody watches a single partition's restore.
-        &crate::runtime::supervise::Health::new("dedupe", Duration::MAX),
+        &crate::runtime::health::Health::new("dedupe", Duration::MAX),
     )?;
     let (_, r, mark) = v.pop().expect("one partition in, one out");
     Ok((r, mark))
@@ -70,7 +70,7 @@ pub fn recover_partitions(
     changelog_topic: &str,
     store: &EdgeStore,
     partitions: &[(i32, DedupeOffset)],
-    health: &crate::runtime::supervise::Health,
+    health: &crate::runtime::health::Health,
 ) -> Result<Vec<(i32, Recovery, PartitionMark)>> {
     let mut out = Vec::new();
     let mut rebuild = Vec::new();
@@ -146,7 +146,7 @@ fn restore_from_changelog(
     topic: &str,
     store: &EdgeStore,
     wants: &[(i32, Option<i64>)],
-    health: &crate::runtime::supervise::Health,
+    health: &crate::runtime::health::Health,
 ) -> Result<HashMap<i32, (u64, Option<i64>)>> {
     let consumer: BaseConsumer<LogContext> = kafka::client_config(&settings.kafka)
         .set(

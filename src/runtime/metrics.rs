@@ -10,7 +10,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
-use crate::runtime::supervise::{Health, Liveness};
+use crate::runtime::health::{Health, Liveness};
 
 /// Stage 1: LikeEvents read from `likes.events`.
 pub const EVENTS_IN: &str = "likes_dedupe_events_total";
@@ -197,6 +197,8 @@ pub async fn install(addr: SocketAddr, health: Vec<Health>) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(Error::io(format!("binding metrics.listen {addr}")))?;
+    // Detached on purpose, unlike a process's tasks (runtime/shutdown.rs): health and metrics
+    // answer until the process exits, while its tasks stop and are joined.
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "the metrics and health endpoint stopped");

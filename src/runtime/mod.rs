@@ -2,6 +2,7 @@
 //! it stops, the clock, metrics and health, and supervision of stages.
 
 pub mod clock;
+pub mod health;
 pub mod metrics;
 pub mod shutdown;
 pub mod supervise;

@@ -7,10 +7,7 @@
 //! starting over in-process, which is what a restart would do anyway: every stage recovers
 //! from its committed position by design.
 
-use std::sync::atomic::{AtomicI64, Ordering};
-
 use super::shutdown::CancellationToken;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
@@ -117,62 +114,6 @@ pub async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
     }
 }
 
-/// A stage's liveness. The stage beats when it commits input or finds none waiting; a
-/// stage that has not beaten for `stall_after` has input it cannot get through (a commit
-/// failing in a loop, a dependency gone for long), and `/healthz` answers 503 so that the
-/// supervisor (Kubernetes' liveness probe) restarts it.
-#[derive(Clone)]
-pub struct Health {
-    inner: Arc<HealthInner>,
-}
-
-struct HealthInner {
-    stage: &'static str,
-    stall_after: Duration,
-    started: Instant,
-    last_beat_ms: AtomicI64,
-}
-
-/// What `/healthz` reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Liveness {
-    Ok,
-    Stalled { stage: &'static str, for_: Duration },
-}
-
-impl Health {
-    pub fn new(stage: &'static str, stall_after: Duration) -> Self {
-        Self {
-            inner: Arc::new(HealthInner {
-                stage,
-                stall_after,
-                started: Instant::now(),
-                last_beat_ms: AtomicI64::new(0),
-            }),
-        }
-    }
-
-    /// Progress made, or no input waiting.
-    pub fn beat(&self) {
-        let ms = self.inner.started.elapsed().as_millis() as i64;
-        self.inner.last_beat_ms.store(ms, Ordering::Relaxed);
-    }
-
-    pub fn liveness(&self) -> Liveness {
-        let since_ms = self.inner.started.elapsed().as_millis() as i64
-            - self.inner.last_beat_ms.load(Ordering::Relaxed);
-        let since = Duration::from_millis(since_ms.max(0) as u64);
-        if since > self.inner.stall_after {
-            Liveness::Stalled {
-                stage: self.inner.stage,
-                for_: since,
-            }
-        } else {
-            Liveness::Ok
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,23 +125,6 @@ mod tests {
         assert_eq!(waits, vec![1, 2, 4, 8, 10, 10, 10]);
         b.reset();
         assert_eq!(b.wait(), Duration::from_secs(1));
-    }
-
-    #[test]
-    fn a_stage_that_stops_beating_is_stalled() {
-        let h = Health::new("dedupe", Duration::from_millis(50));
-        h.beat();
-        assert_eq!(h.liveness(), Liveness::Ok);
-        std::thread::sleep(Duration::from_millis(80));
-        assert!(matches!(
-            h.liveness(),
-            Liveness::Stalled {
-                stage: "dedupe",
-                ..
-            }
-        ));
-        h.beat();
-        assert_eq!(h.liveness(), Liveness::Ok);
     }
 
     #[test]

@@ -204,8 +204,7 @@ pub struct Running {
 pub fn start(settings: &Settings, topology: &Topology) -> Running {
     let stop = CancellationToken::new();
     let (s, t, st) = (settings.clone(), topology.clone(), stop.clone());
-    let health =
-        |stage| likes::runtime::supervise::Health::new(stage, settings.metrics.stall_after);
+    let health = |stage| likes::runtime::health::Health::new(stage, settings.metrics.stall_after);
     let h = health("dedupe");
     let dedupe = tokio::task::spawn_blocking(move || dedupe::run(&s, &t, st, h));
     let (s, t, st) = (settings.clone(), topology.clone(), stop.clone());

@@ -612,8 +612,8 @@ async fn resend(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rebuild_after_dropping_the_counter_table_equals_ground_truth() {
+    use likes::runtime::health::Health;
     use likes::runtime::shutdown::CancellationToken;
-    use likes::runtime::supervise::Health;
 
     let (settings, topology, app, client) = api::serve_with("rebuild", quick).await;
     let stop = Arc::new(AtomicBool::new(false));

@@ -22,7 +22,7 @@ use likes::dedupe::rule::EdgeVersion;
 use likes::dedupe::state::{encode_version, EdgeStore};
 use likes::kafka::group::DedupeOffset;
 use likes::kafka::{self, LogContext};
-use likes::runtime::supervise::Health;
+use likes::runtime::health::Health;
 use likes::topology::Topology;
 
 #[derive(Args, Debug, Clone)]
