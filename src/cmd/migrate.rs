@@ -11,7 +11,7 @@ use scylla::client::session::Session;
 use tracing::{info, warn};
 
 use crate::config::CqlSettings;
-use crate::cql::schema::{self, TableSpec, TABLES};
+use crate::cql::tables::{self, TableSpec, TABLES};
 use crate::error::{Error, Result};
 
 /// What a migration did.
@@ -73,13 +73,13 @@ pub async fn run(session: &Session, settings: &CqlSettings) -> Result<MigrateRep
     match keyspace_replication(session, ks).await? {
         None => {
             session
-                .query_unpaged(schema::create_keyspace(ks, &settings.replication), ())
+                .query_unpaged(tables::create_keyspace(ks, &settings.replication), ())
                 .await?;
             report.keyspace_created = true;
             info!(keyspace = ks, "keyspace created");
         }
         Some(existing) => {
-            let wanted = schema::replication_map(&settings.replication);
+            let wanted = tables::replication_map(&settings.replication);
             if existing != wanted {
                 let w = format!(
                     "keyspace {ks} has replication {existing:?}, the configuration asks for {wanted:?}; \

@@ -28,7 +28,7 @@ use super::window::ClosedWindow;
 use crate::error::{Error, Result};
 use crate::records::Correction;
 use crate::runtime::metrics as m;
-use crate::store::counts::{BatchValues, CounterRow, Fence};
+use crate::store::counts::{BatchValues, CounterRow, Fence, RowWrite};
 use crate::topology::Topology;
 
 /// What the sink did, cumulatively.
@@ -236,17 +236,15 @@ impl Sink {
                     last_window: p.top,
                     last_correction: p.last_correction,
                 };
-                let correcting = !p.corrections.is_empty();
-                self.fence.append(
-                    &mut batch,
-                    &mut values,
+                let write = RowWrite {
                     shard,
-                    &job.item,
-                    job.row,
+                    item: &job.item,
+                    seen: job.row,
                     to,
-                    p.top,
-                    correcting,
-                );
+                    as_of: p.top,
+                    correcting: !p.corrections.is_empty(),
+                };
+                self.fence.append(&mut batch, &mut values, &write);
             }
             out.stats.lwts += 1;
             // The audit trail records the batch before it is sent and its outcome after, so

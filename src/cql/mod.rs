@@ -1,8 +1,8 @@
-//! The CQL side: one driver session per process, and the keyspace schema.
+//! The CQL side: one driver session per process, and the keyspace's table specs (`tables`).
 //!
 //! Only CQL that both Apache Cassandra (dev, CI) and ScyllaDB (production) accept is used.
 
-pub mod schema;
+pub mod tables;
 
 use std::sync::Arc;
 

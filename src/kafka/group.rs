@@ -88,8 +88,8 @@ pub fn wait_until_empty(settings: &KafkaSettings, group: &str, stop_first: &str)
         }
         if started.elapsed() > patience {
             return Err(Error::Refused(format!(
-                "group {group} has {live} live member(s): {stop_first}; a stopped or killed \
-                 member leaves the group after kafka.session_timeout ({:?})",
+                "group {group} still has live members ({live}): {stop_first}; a stopped or \
+                 killed member leaves the group after kafka.session_timeout ({:?})",
                 settings.session_timeout
             )));
         }

@@ -28,7 +28,7 @@ use super::progress::Progress;
 use crate::error::{Error, Result};
 use crate::kafka::group::{self, CountClock};
 use crate::records::DeltaInput;
-use crate::store::counts::CounterRow;
+use crate::store::counts::{CounterRow, RowWrite};
 
 #[derive(Debug)]
 pub struct RebuildReport {
@@ -215,10 +215,15 @@ async fn write_row(
     };
     let fence = &p.stores.counts.fence;
     for _ in 0..10 {
-        match fence
-            .write_one(&p.session, shard, item, seen, to, k, true)
-            .await?
-        {
+        let write = RowWrite {
+            shard,
+            item,
+            seen,
+            to,
+            as_of: k,
+            correcting: true,
+        };
+        match fence.write_one(&p.session, &write).await? {
             Ok(()) => return Ok(()),
             Err(now) => seen = now,
         }

@@ -37,6 +37,19 @@ pub struct Fence {
     update_corrected: PreparedStatement,
 }
 
+/// One counter row's conditional write: from the row as the writer saw it (`seen`, None: no
+/// row) to `to`, stamped `as_of`. `correcting` says the write decides a correction: it then
+/// conditions on the row's last_correction too and sets `to`'s.
+#[derive(Debug, Clone, Copy)]
+pub struct RowWrite<'a> {
+    pub shard: i32,
+    pub item: &'a str,
+    pub seen: Option<CounterRow>,
+    pub to: CounterRow,
+    pub as_of: i64,
+    pub correcting: bool,
+}
+
 /// The values of a batch being built, one list per statement.
 pub type BatchValues = Vec<Vec<Option<CqlValue>>>;
 
@@ -72,21 +85,16 @@ impl Fence {
         })
     }
 
-    /// Adds to `batch` the write that takes `item`'s row from `seen` (None: no row) to `to`,
-    /// stamped `as_of`. `correcting` says the write decides a correction: it then conditions
-    /// on the row's last_correction too and sets `to`'s.
-    #[allow(clippy::too_many_arguments)]
-    pub fn append(
-        &self,
-        batch: &mut Batch,
-        values: &mut BatchValues,
-        shard: i32,
-        item: &str,
-        seen: Option<CounterRow>,
-        to: CounterRow,
-        as_of: i64,
-        correcting: bool,
-    ) {
+    /// Adds the write `w` to `batch`.
+    pub fn append(&self, batch: &mut Batch, values: &mut BatchValues, w: &RowWrite<'_>) {
+        let RowWrite {
+            shard,
+            item,
+            seen,
+            to,
+            as_of,
+            correcting,
+        } = *w;
         let big = |v: i64| Some(CqlValue::BigInt(v));
         let as_of = Some(CqlValue::Timestamp(CqlTimestamp(as_of)));
         let corr = to.last_correction.map(CqlValue::BigInt);
@@ -139,31 +147,16 @@ impl Fence {
 
     /// One row's write, alone in its batch (`likes rebuild`): whether it applied, else the
     /// row as it is.
-    #[allow(clippy::too_many_arguments)]
     pub async fn write_one(
         &self,
         session: &Session,
-        shard: i32,
-        item: &str,
-        seen: Option<CounterRow>,
-        to: CounterRow,
-        as_of: i64,
-        correcting: bool,
+        w: &RowWrite<'_>,
     ) -> Result<std::result::Result<(), Option<CounterRow>>> {
         let (mut batch, mut values) = (Self::batch(), BatchValues::new());
-        self.append(
-            &mut batch,
-            &mut values,
-            shard,
-            item,
-            seen,
-            to,
-            as_of,
-            correcting,
-        );
+        self.append(&mut batch, &mut values, w);
         Ok(match Self::send(session, &batch, values).await? {
             None => Ok(()),
-            Some(mut rows) => Err(rows.remove(item)),
+            Some(mut rows) => Err(rows.remove(w.item)),
         })
     }
 }

@@ -28,14 +28,10 @@ pub struct EdgeHistory {
     pub keys: BTreeMap<i32, String>,
 }
 
-/// The history columns as the driver reads them.
-type Columns = (
-    Option<i8>,
-    Option<i64>,
-    Option<CqlTimestamp>,
-    Option<CqlTimestamp>,
-    Option<BTreeMap<i32, String>>,
-);
+/// The history columns as the driver reads them, behind the keys a scan selects.
+type Columns = (Option<i8>, Option<i64>, Stamp, Stamp, Keys);
+type Stamp = Option<CqlTimestamp>;
+type Keys = Option<BTreeMap<i32, String>>;
 
 impl EdgeHistory {
     fn of((state, op, at, prev, keys): Columns) -> Self {
@@ -96,14 +92,7 @@ impl EdgeHistories {
             .session
             .execute_iter(self.of_bucket.clone(), (item, bucket))
             .await?
-            .rows_stream::<(
-                String,
-                Option<i8>,
-                Option<i64>,
-                Option<CqlTimestamp>,
-                Option<CqlTimestamp>,
-                Option<BTreeMap<i32, String>>,
-            )>()?
+            .rows_stream::<(String, Option<i8>, Option<i64>, Stamp, Stamp, Keys)>()?
             .map_ok(|(user, s, o, a, p, k)| (user, EdgeHistory::of((s, o, a, p, k))))
             .map_err(Error::from))
     }
@@ -120,15 +109,7 @@ impl EdgeHistories {
             .session
             .query_iter(q, ())
             .await?
-            .rows_stream::<(
-                String,
-                String,
-                Option<i8>,
-                Option<i64>,
-                Option<CqlTimestamp>,
-                Option<CqlTimestamp>,
-                Option<BTreeMap<i32, String>>,
-            )>()?
+            .rows_stream::<(String, String, Option<i8>, Option<i64>, Stamp, Stamp, Keys)>()?
             .map_ok(|(item, user, s, o, a, p, k)| (item, user, EdgeHistory::of((s, o, a, p, k))))
             .map_err(Error::from))
     }

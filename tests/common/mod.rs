@@ -5,9 +5,6 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use likes::config::Settings;
 
 /// Runs a job's future on a thread and runtime of its own (a fail point's sleep blocks its
@@ -28,20 +25,7 @@ where
     })
 }
 
-/// A name no other test or run uses: `<base>_<pid>_<millis>_<n>`, CQL- and Kafka-safe.
-pub fn unique(base: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        % 100_000_000;
-    format!(
-        "{base}_{}_{ms}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
+pub use likes_support::names::unique;
 
 /// Settings as the binary would load them (so `LIKES__*` still points tests at another
 /// stack), with a fresh keyspace and topic prefix.
@@ -55,13 +39,7 @@ pub fn settings(base: &str) -> Settings {
 
 /// The environment that makes the `likes` binary use `settings`' keyspace and prefix.
 pub fn env_for(settings: &Settings) -> Vec<(&'static str, String)> {
-    vec![
-        ("LIKES__CQL__KEYSPACE", settings.cql.keyspace.clone()),
-        (
-            "LIKES__KAFKA__TOPIC_PREFIX",
-            settings.kafka.topic_prefix.clone(),
-        ),
-    ]
+    likes_support::names::namespace_env(&settings.cql.keyspace, &settings.kafka.topic_prefix)
 }
 
 /// A loopback port nothing listens on now (for a child process to bind).

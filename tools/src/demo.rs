@@ -178,22 +178,24 @@ impl Scenario {
 
 /// The environment of the demo's processes: its namespace, the metrics port, the relay on.
 fn process_env(settings: &Settings, dir: &Path, metrics: u16) -> Vec<(String, String)> {
-    crate::procs::env([
-        ("LIKES__CQL__KEYSPACE", DEMO_KEYSPACE.to_string()),
-        ("LIKES__KAFKA__TOPIC_PREFIX", DEMO_TOPIC_PREFIX.to_string()),
-        ("LIKES__METRICS__LISTEN", format!("127.0.0.1:{metrics}")),
-        ("LIKES__API__SESSION_KEY", settings.api.session_key.clone()),
-        ("LIKES__API__ADMIN_TOKEN", settings.api.admin_token.clone()),
-        ("LIKES__API__RELAY", "true".to_string()),
-        (
-            "LIKES__DEDUPE__STATE_DIR",
-            // Stage 1's state belongs to its topics: named after the namespace.
-            dir.join(format!("dedupe-state-{DEMO_KEYSPACE}"))
-                .display()
-                .to_string(),
-        ),
-        ("RUST_LOG", "info".to_string()),
-    ])
+    crate::procs::env_in(
+        DEMO_KEYSPACE,
+        DEMO_TOPIC_PREFIX,
+        [
+            ("LIKES__METRICS__LISTEN", format!("127.0.0.1:{metrics}")),
+            ("LIKES__API__SESSION_KEY", settings.api.session_key.clone()),
+            ("LIKES__API__ADMIN_TOKEN", settings.api.admin_token.clone()),
+            ("LIKES__API__RELAY", "true".to_string()),
+            (
+                "LIKES__DEDUPE__STATE_DIR",
+                // Stage 1's state belongs to its topics: named after the namespace.
+                dir.join(format!("dedupe-state-{DEMO_KEYSPACE}"))
+                    .display()
+                    .to_string(),
+            ),
+            ("RUST_LOG", "info".to_string()),
+        ],
+    )
 }
 
 /// The live part of the demo: the kill and restart of the count stage, and a frame a second.

@@ -77,10 +77,7 @@ enum BenchCommand {
 
 /// The folder of `make up`'s data, logs and pid files, found as stack/stack.sh finds it.
 fn stack_dir() -> Option<PathBuf> {
-    std::env::var_os("LIKES_STACK_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("LIKES_CACHE").map(|c| PathBuf::from(c).join("stack")))
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/likes/stack")))
+    Some(likes_support::stack::dir())
 }
 
 fn main() -> ExitCode {

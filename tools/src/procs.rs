@@ -123,3 +123,16 @@ pub fn stop(p: &mut Proc) {
 pub fn env<const N: usize>(pairs: [(&str, String); N]) -> Vec<(String, String)> {
     pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
+
+/// [`env`], in the namespace (`keyspace`, `topic_prefix`) of a run (likes_support::names).
+pub fn env_in<const N: usize>(
+    keyspace: &str,
+    topic_prefix: &str,
+    pairs: [(&str, String); N],
+) -> Vec<(String, String)> {
+    likes_support::names::namespace_env(keyspace, topic_prefix)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .chain(env(pairs))
+        .collect()
+}

@@ -490,25 +490,24 @@ impl Loops {
 /// the write path alone).
 pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<Proc> {
     let a = &settings.api;
-    let env = procs::env([
-        ("LIKES__CQL__KEYSPACE", settings.cql.keyspace.clone()),
-        (
-            "LIKES__KAFKA__TOPIC_PREFIX",
-            settings.kafka.topic_prefix.clone(),
-        ),
-        ("LIKES__API__LISTEN", a.listen.clone()),
-        ("LIKES__API__SESSION_KEY", a.session_key.clone()),
-        (
-            "LIKES__API__MAX_WRITES_IN_FLIGHT",
-            a.max_writes_in_flight.to_string(),
-        ),
-        (
-            "LIKES__API__MAX_WRITES_PER_S",
-            a.max_writes_per_s.to_string(),
-        ),
-        ("LIKES__API__RELAY", "false".to_string()),
-        ("RUST_LOG", "warn".to_string()),
-    ]);
+    let env = procs::env_in(
+        &settings.cql.keyspace,
+        &settings.kafka.topic_prefix,
+        [
+            ("LIKES__API__LISTEN", a.listen.clone()),
+            ("LIKES__API__SESSION_KEY", a.session_key.clone()),
+            (
+                "LIKES__API__MAX_WRITES_IN_FLIGHT",
+                a.max_writes_in_flight.to_string(),
+            ),
+            (
+                "LIKES__API__MAX_WRITES_PER_S",
+                a.max_writes_per_s.to_string(),
+            ),
+            ("LIKES__API__RELAY", "false".to_string()),
+            ("RUST_LOG", "warn".to_string()),
+        ],
+    );
     procs::spawn_attached("api", "api", dir, &env)
 }
 

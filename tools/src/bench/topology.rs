@@ -210,27 +210,26 @@ pub(crate) fn spawn_stage(
     port: u16,
     dir: &std::path::Path,
 ) -> Result<Proc> {
-    let env = procs::env([
-        ("LIKES__CQL__KEYSPACE", settings.cql.keyspace.clone()),
-        (
-            "LIKES__KAFKA__TOPIC_PREFIX",
-            settings.kafka.topic_prefix.clone(),
-        ),
-        (
-            "LIKES__DEDUPE__STATE_DIR",
-            settings.dedupe.state_dir.display().to_string(),
-        ),
-        (
-            "LIKES__DEDUPE__INSTANCE_ID",
-            settings.dedupe.instance_id.clone(),
-        ),
-        ("LIKES__METRICS__LISTEN", format!("127.0.0.1:{port}")),
-        (
-            "LIKES__TOPOLOGY__PATH",
-            dir.join("topology.toml").display().to_string(),
-        ),
-        ("RUST_LOG", "warn".to_string()),
-    ]);
+    let env = procs::env_in(
+        &settings.cql.keyspace,
+        &settings.kafka.topic_prefix,
+        [
+            (
+                "LIKES__DEDUPE__STATE_DIR",
+                settings.dedupe.state_dir.display().to_string(),
+            ),
+            (
+                "LIKES__DEDUPE__INSTANCE_ID",
+                settings.dedupe.instance_id.clone(),
+            ),
+            ("LIKES__METRICS__LISTEN", format!("127.0.0.1:{port}")),
+            (
+                "LIKES__TOPOLOGY__PATH",
+                dir.join("topology.toml").display().to_string(),
+            ),
+            ("RUST_LOG", "warn".to_string()),
+        ],
+    );
     procs::spawn_attached(stage, stage, dir, &env)
 }
 

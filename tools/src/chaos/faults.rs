@@ -301,56 +301,12 @@ fn schedule_restart(s: &mut Supervised, now: Instant) {
 
 /// kill -9 of the stack's `kafka` or `cassandra` (by `stack/stack.sh`'s pid file).
 pub fn kill9_dependency(stack_dir: &Path, name: &str) -> Result<()> {
-    let pidfile = stack_dir.join(format!("{name}.pid"));
-    let pid = std::fs::read_to_string(&pidfile)
-        .map_err(|e| anyhow!(format!("{}: {e} (is the stack up?)", pidfile.display())))?;
-    let pid = pid.trim().to_string();
-    // Only the JVM the stack started: after a hard stop the pid may be someone else's.
-    let main = if name == "kafka" {
-        "kafka.Kafka"
-    } else {
-        "CassandraDaemon"
-    };
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    if !String::from_utf8_lossy(&cmdline).contains(main) {
-        return Err(anyhow!(format!(
-            "{name} (pid {pid} in {}) is not running; is the stack up?",
-            pidfile.display()
-        )));
-    }
-    let _ = std::process::Command::new("kill")
-        .args(["-9", &pid])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Path::new(&format!("/proc/{pid}/cmdline")).exists()
-        && !std::fs::read(format!("/proc/{pid}/cmdline"))
-            .unwrap_or_default()
-            .is_empty()
-    {
-        if Instant::now() > deadline {
-            return Err(anyhow!(format!(
-                "{name} (pid {pid}) outlived kill -9 by 30 s"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
+    likes_support::stack::kill9(stack_dir, name).map_err(|e| anyhow!(e))
 }
 
 /// `stack/stack.sh up`: starts what is down and waits until it serves.
 pub fn stack_up(script: &Path) -> Result<()> {
-    let out = std::process::Command::new(script)
-        .arg("up")
-        .output()
-        .map_err(|e| anyhow!(format!("{}: {e}", script.display())))?;
-    if !out.status.success() {
-        return Err(anyhow!(format!(
-            "{} up failed: {}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    Ok(())
+    likes_support::stack::up(script).map_err(|e| anyhow!(e))
 }
 
 #[cfg(test)]

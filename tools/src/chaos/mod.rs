@@ -425,22 +425,21 @@ fn run_settings(base: &Settings, namespace: &str) -> Result<Settings> {
 
 /// The environment of a run's processes.
 fn process_env(settings: &Settings, dir: &std::path::Path) -> Vec<(String, String)> {
-    crate::procs::env([
-        ("LIKES__CQL__KEYSPACE", settings.cql.keyspace.clone()),
-        (
-            "LIKES__KAFKA__TOPIC_PREFIX",
-            settings.kafka.topic_prefix.clone(),
-        ),
-        ("LIKES__API__LISTEN", settings.api.listen.clone()),
-        ("LIKES__API__SESSION_KEY", settings.api.session_key.clone()),
-        ("LIKES__API__RELAY", "true".into()),
-        (
-            "LIKES__DEDUPE__STATE_DIR",
-            dir.join("dedupe-state").display().to_string(),
-        ),
-        ("LIKES__DEDUPE__INSTANCE_ID", "chaos-0".into()),
-        ("RUST_LOG", "info".into()),
-    ])
+    crate::procs::env_in(
+        &settings.cql.keyspace,
+        &settings.kafka.topic_prefix,
+        [
+            ("LIKES__API__LISTEN", settings.api.listen.clone()),
+            ("LIKES__API__SESSION_KEY", settings.api.session_key.clone()),
+            ("LIKES__API__RELAY", "true".into()),
+            (
+                "LIKES__DEDUPE__STATE_DIR",
+                dir.join("dedupe-state").display().to_string(),
+            ),
+            ("LIKES__DEDUPE__INSTANCE_ID", "chaos-0".into()),
+            ("RUST_LOG", "info".into()),
+        ],
+    )
 }
 
 /// Waits, supervising, until no item drifts (or [`DRAIN`] passes, or Ctrl-C); returns how
