@@ -3,6 +3,5 @@
 //! (The demo, chaos runs, benchmarks and the load generator are tooling: `tools/`.)
 
 pub mod migrate;
-pub mod namespace;
 pub mod stages;
 pub mod topics;

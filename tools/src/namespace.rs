@@ -37,6 +37,28 @@ pub async fn create(
     Ok((session, said))
 }
 
+/// Drops the keyspace and deletes the topics of `settings`: a namespace a benchmark or a
+/// chaos run created for itself. The product has no such command: deleting a deployment's
+/// data is never one command away.
+pub async fn drop(session: &Session, settings: &Settings, topology: &Topology) -> Result<()> {
+    session
+        .query_unpaged(
+            format!("DROP KEYSPACE IF EXISTS {}", settings.cql.keyspace),
+            (),
+        )
+        .await?;
+    let names: Vec<String> = topology
+        .topics()
+        .iter()
+        .map(|(_, t)| settings.topic(&t.name))
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    likes::kafka::admin(&settings.kafka)?
+        .delete_topics(&refs, &rdkafka::admin::AdminOptions::new())
+        .await?;
+    Ok(())
+}
+
 /// Writes `topology` to `<dir>/topology.toml`, for the stages a tool starts to run exactly
 /// that topology (which may differ from the file's window).
 pub fn write_topology(dir: &Path, topology: &Topology) -> Result<PathBuf> {

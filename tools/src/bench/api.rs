@@ -348,7 +348,7 @@ pub async fn run(
         report.rounds.push(r);
     }
     stop(&mut child);
-    likes::cmd::namespace::drop(&session, &settings, topology).await?;
+    crate::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&args.out)?;
     let json = serde_json::to_string_pretty(&report)?;

@@ -261,7 +261,7 @@ async fn sweep(
     stop(&mut api);
     stop(&mut count);
     stop(&mut dedupe);
-    likes::cmd::namespace::drop(&session, &settings, topology).await?;
+    crate::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(runs)
 }

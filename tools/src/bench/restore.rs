@@ -96,7 +96,7 @@ pub async fn run(
     let topic = settings.topic(&topology.topics.dedupe_changelog.name);
     let partitions = topology.topics.dedupe_changelog.partitions;
     let result = measure(&settings, &topic, partitions, args).await;
-    let _ = likes::cmd::namespace::drop(&session, &settings, topology).await;
+    let _ = crate::namespace::drop(&session, &settings, topology).await;
     result
 }
 

@@ -458,7 +458,7 @@ pub async fn topology(
     check_counts(&counts, &g.truth).await?;
 
     // Leave nothing behind but the report.
-    likes::cmd::namespace::drop(&session, &settings, topology).await?;
+    crate::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
 
     std::fs::create_dir_all(&args.out)?;

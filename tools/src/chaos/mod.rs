@@ -330,7 +330,7 @@ async fn run_one(
         .collect();
     if passed {
         // A passing run leaves nothing behind; a failing one keeps its namespace and logs.
-        let _ = likes::cmd::namespace::drop(&session, &settings, topology).await;
+        let _ = crate::namespace::drop(&session, &settings, topology).await;
         let _ = std::fs::remove_dir_all(dir.join("dedupe-state"));
     }
     Ok(RunReport {
