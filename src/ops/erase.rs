@@ -324,7 +324,12 @@ pub async fn export_pending(
 ) {
     use crate::runtime::metrics as m;
     while !stop.is_cancelled() {
-        match store.erasures.all().await {
+        // A read in flight at a stop is dropped: the process is not held up by a slow store.
+        let all = tokio::select! {
+            all = store.erasures.all() => all,
+            () = stop.cancelled() => break,
+        };
+        match all {
             Ok(all) => {
                 let pending: Vec<_> = all.iter().filter(|e| e.state != PURGED).collect();
                 let oldest = pending.iter().map(|e| e.requested_at_ms).min();

@@ -136,13 +136,25 @@ pub fn run(
         "stop every process of the stage before a replay",
     )?;
     // The broker refuses a commit from outside a group that has members: one that joined
-    // since the check is refused here too.
-    group::commit(&consumer, &topic, &positions).map_err(|e| {
-        Error::Refused(format!(
-            "group {group} refused the reset ({e}): a member joined it. Stop every process \
-             of the stage and run the replay again"
-        ))
-    })?;
+    // since the check is refused here too. A coordinator moving or loading is waited out.
+    let patience = settings.kafka.session_timeout + Duration::from_secs(5);
+    let started = std::time::Instant::now();
+    loop {
+        match group::commit(&consumer, &topic, &positions) {
+            Ok(()) => break,
+            Err(e) if e.is_retryable() && started.elapsed() < patience => {
+                info!(%group, error = %e, "the group's coordinator is away; committing the reset again");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) => {
+                return Err(Error::Refused(format!(
+                    "group {group} refused the reset ({e}): a member joined it. Stop every \
+                     process of the stage and run the replay again"
+                )))
+            }
+        }
+    }
     info!(%group, %topic, partitions = offsets.len(), ?target, "group offsets reset");
     // Give the broker a moment so a stage started right after sees the new offsets.
     std::thread::sleep(Duration::from_millis(100));
