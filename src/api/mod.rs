@@ -25,7 +25,6 @@ use scylla::client::session::Session;
 use serde_json::json;
 
 use crate::config::Settings;
-use crate::cql;
 use crate::error::Result;
 use crate::store::events::Events;
 use crate::store::Stores;
@@ -54,19 +53,14 @@ impl App {
     /// Connects to CQL and Kafka and prepares the statements.
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Arc<Self>> {
         let signer = auth::Signer::from_session_key(&settings.api.session_key)?;
-        let session = cql::connect(&settings.cql).await?;
-        crate::store::recorded::check_buckets(&session, &settings.cql.keyspace, topology).await?;
-        cql::check_clock(&session).await?;
-        let store = Arc::new(Stores::prepare(&session, &settings.cql.keyspace).await?);
-        store.outbox.init_floors().await?;
-        let events = Events::connect(settings, topology)?;
+        let (writer, session) = Writer::connect(settings, topology).await?;
         Ok(Arc::new(Self {
             settings: settings.clone(),
             topology: topology.clone(),
-            writer: Writer::new(store.clone(), events.clone(), settings, topology),
+            store: writer.store().clone(),
+            events: writer.events().clone(),
+            writer,
             session,
-            store,
-            events,
             signer,
         }))
     }

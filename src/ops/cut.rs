@@ -34,7 +34,7 @@ use crate::kafka::group;
 use crate::records::{decode_deltas, DeltaInput};
 use crate::runtime::clock::now_ms;
 use crate::store::counts::CounterRow;
-use crate::store::edge_history::EdgeHistory;
+use crate::store::edge_history::{EdgeHistories, EdgeHistory};
 use crate::store::outbox::{outbox_minute, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
 use crate::store::request_keys::Remembered;
 use crate::store::Stores;
@@ -163,6 +163,8 @@ pub struct Pipeline {
     pub topology: Topology,
     pub session: Arc<Session>,
     pub stores: Stores,
+    /// The edges' history scans (only the jobs read them).
+    pub histories: EdgeHistories,
     kafka: BaseConsumer,
 }
 
@@ -172,6 +174,7 @@ impl Pipeline {
         crate::store::recorded::check(&session, &settings.cql.keyspace, topology).await?;
         let ks = &settings.cql.keyspace;
         let stores = Stores::prepare(&session, ks).await?;
+        let histories = EdgeHistories::prepare(session.clone(), ks).await?;
         let kafka: BaseConsumer = crate::kafka::client_config(&settings.kafka)
             .set(
                 "group.id",
@@ -185,6 +188,7 @@ impl Pipeline {
             topology: topology.clone(),
             session,
             stores,
+            histories,
             kafka,
         })
     }
@@ -366,7 +370,7 @@ impl Pipeline {
     pub async fn recount(&self, item: &str, k: i64) -> Result<std::result::Result<i64, String>> {
         let mut liked = 0;
         for bucket in 0..self.topology.buckets as i32 {
-            let mut rows = self.stores.histories.of_bucket(item, bucket).await?;
+            let mut rows = self.histories.of_bucket(item, bucket).await?;
             while let Some((user, history)) = rows.try_next().await? {
                 match history_liked_at(&history, k) {
                     Some(true) => liked += 1,
@@ -543,7 +547,7 @@ impl Pipeline {
     pub async fn random_edge_items(&self, n: usize) -> Result<Vec<String>> {
         use futures::stream::{self, StreamExt, TryStreamExt};
         let found: Vec<Option<String>> = stream::iter(0..n)
-            .map(|_| self.stores.histories.item_at_token(rand::random()))
+            .map(|_| self.histories.item_at_token(rand::random()))
             .buffer_unordered(self.settings.ops.recount_concurrency)
             .try_collect()
             .await?;
@@ -553,7 +557,7 @@ impl Pipeline {
 
     /// Every item that has an edge or a counter row.
     pub async fn all_items(&self) -> Result<Vec<String>> {
-        let mut items = self.stores.histories.items().await?;
+        let mut items = self.histories.items().await?;
         items.extend(self.stores.counts.all().await?.into_keys());
         Ok(items.into_iter().collect())
     }

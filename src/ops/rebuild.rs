@@ -28,7 +28,7 @@ use super::progress::Progress;
 use crate::error::{Error, Result};
 use crate::kafka::group::{self, CountClock};
 use crate::records::DeltaInput;
-use crate::store::counts::{CounterRow, RowWrite};
+use crate::store::counts::{CounterRow, Fence, RowWrite};
 
 #[derive(Debug)]
 pub struct RebuildReport {
@@ -103,7 +103,7 @@ async fn recount_all(
     p: &Pipeline,
     k: i64,
 ) -> Result<std::result::Result<BTreeMap<String, i64>, (String, String)>> {
-    let mut rows = p.stores.histories.all().await?;
+    let mut rows = p.histories.all().await?;
     let mut out = BTreeMap::new();
     let mut progress = Progress::new("edges recounted", None);
     while let Some((item, user, history)) = rows.try_next().await? {
@@ -170,6 +170,7 @@ async fn finish(
     for item in p.stores.counts.all().await?.into_keys() {
         value.entry(item).or_insert(0);
     }
+    let fence = Fence::prepare(&p.session, &p.settings.cql.keyspace).await?;
     let mut progress = Progress::new("counter rows written", Some(value.len() as u64));
     let mut likes = 0;
     let mut rows = 0;
@@ -182,7 +183,7 @@ async fn finish(
         let v = *v;
         likes += v;
         let existing = p.count_row(item).await?;
-        write_row(p, item, v, w0, k, existing).await?;
+        write_row(p, &fence, item, v, w0, k, existing).await?;
         rows += 1;
         progress.add(1);
     }
@@ -199,6 +200,7 @@ async fn finish(
 
 async fn write_row(
     p: &Pipeline,
+    fence: &Fence,
     item: &str,
     count: i64,
     w0: i64,
@@ -213,7 +215,6 @@ async fn write_row(
         last_window: w0,
         last_correction: Some(k),
     };
-    let fence = &p.stores.counts.fence;
     for _ in 0..10 {
         let write = RowWrite {
             shard,

@@ -204,7 +204,6 @@ pub struct Counts {
     /// The whole row at SERIAL: a Paxos round a crashed writer left half-done is finished
     /// (or dropped) before it is read.
     read_row: PreparedStatement,
-    pub fence: Fence,
 }
 
 impl Counts {
@@ -224,7 +223,6 @@ impl Counts {
         .await?;
         read_row.set_consistency(Consistency::Serial);
         Ok(Self {
-            fence: Fence::prepare(&session, ks).await?,
             session,
             ks: ks.to_string(),
             read,

@@ -53,7 +53,6 @@ pub struct Stores {
     pub counts: counts::Counts,
     pub retractions: retractions::Retractions,
     pub erasures: erasures::Erasures,
-    pub histories: edge_history::EdgeHistories,
 }
 
 impl Stores {
@@ -64,7 +63,6 @@ impl Stores {
             counts: counts::Counts::prepare(session.clone(), ks).await?,
             retractions: retractions::Retractions::prepare(session.clone(), ks).await?,
             erasures: erasures::Erasures::prepare(session.clone(), ks).await?,
-            histories: edge_history::EdgeHistories::prepare(session.clone(), ks).await?,
         })
     }
 }

@@ -115,34 +115,30 @@ pub struct Writer {
 }
 
 impl Writer {
-    pub fn new(
-        store: Arc<Stores>,
-        events: Events,
-        settings: &Settings,
-        topology: &Topology,
-    ) -> Self {
-        Self {
-            store,
-            events,
-            buckets: topology.buckets,
-            deadline: settings.api.write_deadline,
-        }
-    }
-
-    /// Connects for a job that writes but serves no requests (erase): its own CQL session,
-    /// stores and producer, after the same start checks as the API.
+    /// Connects its own CQL session, stores and producer, after the start checks every writer
+    /// makes (the keyspace's bucket count, this host's clock); the API and the erase job both
+    /// start here.
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<(Self, Arc<Session>)> {
         let session = crate::cql::connect(&settings.cql).await?;
         crate::store::recorded::check_buckets(&session, &settings.cql.keyspace, topology).await?;
         crate::cql::check_clock(&session).await?;
         let store = Arc::new(Stores::prepare(&session, &settings.cql.keyspace).await?);
         store.outbox.init_floors().await?;
-        let events = Events::connect(settings, topology)?;
-        Ok((Self::new(store, events, settings, topology), session))
+        let writer = Self {
+            store,
+            events: Events::connect(settings, topology)?,
+            buckets: topology.buckets,
+            deadline: settings.api.write_deadline,
+        };
+        Ok((writer, session))
     }
 
-    pub fn store(&self) -> &Stores {
+    pub fn store(&self) -> &Arc<Stores> {
         &self.store
+    }
+
+    pub fn events(&self) -> &Events {
+        &self.events
     }
 
     /// The whole write path of one request.

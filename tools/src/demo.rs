@@ -41,9 +41,7 @@ const TOP: usize = 8;
 /// Where the demo keeps its pid files, logs and stage-1 state: beside the stack's, so
 /// `make down` finds and stops the processes.
 pub fn demo_dir() -> PathBuf {
-    crate::stack_dir()
-        .unwrap_or_else(|| PathBuf::from("likes-data/stack"))
-        .join("demo")
+    likes_support::stack::dir().join("demo")
 }
 
 /// Stops the processes an earlier demo left (by their pid files, only if still `likes`).

@@ -10,7 +10,6 @@ mod loadgen;
 mod namespace;
 mod procs;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -73,11 +72,6 @@ enum BenchCommand {
     Topology(bench::topology::BenchArgs),
     /// Stage 1's restore of a changelog of --records (10M) vs a bare read of it.
     Restore(bench::restore::RestoreArgs),
-}
-
-/// The folder of `make up`'s data, logs and pid files, found as stack/stack.sh finds it.
-fn stack_dir() -> Option<PathBuf> {
-    Some(likes_support::stack::dir())
 }
 
 fn main() -> ExitCode {

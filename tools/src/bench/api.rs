@@ -268,7 +268,7 @@ where
 
 /// The Cassandra that `make up` started, from its pid file (as stack/stack.sh places it).
 fn cassandra_pid() -> Option<u32> {
-    let pid = std::fs::read_to_string(crate::stack_dir()?.join("cassandra.pid")).ok()?;
+    let pid = std::fs::read_to_string(likes_support::stack::dir().join("cassandra.pid")).ok()?;
     pid.trim().parse().ok()
 }
 

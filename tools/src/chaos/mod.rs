@@ -173,7 +173,7 @@ async fn run_one(
 ) -> Result<RunReport> {
     let stamp = likes::runtime::clock::now_ms() / 1000 % 1_000_000;
     let namespace = format!("chaos_{seed}_{stamp}");
-    let stack_dir = crate::stack_dir().ok_or_else(|| anyhow!("no stack dir"))?;
+    let stack_dir = likes_support::stack::dir();
     let dir = stack_dir.join("chaos").join(&namespace);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let settings = run_settings(base, &namespace)?;
