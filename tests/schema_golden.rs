@@ -16,7 +16,10 @@ mod released {
     include!(concat!(env!("OUT_DIR"), "/released/likes.v1.rs"));
 }
 
-const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/v1.0.0");
+/// Found at run time: the build cache is shared by checkouts (support/src/repo.rs).
+fn golden_dir() -> std::path::PathBuf {
+    likes_support::repo::root().join("tests/golden/v1.0.0")
+}
 
 fn released_event() -> released::LikeEvent {
     released::LikeEvent {
@@ -68,8 +71,9 @@ fn released_records() -> Vec<(&'static str, Vec<u8>)> {
 }
 
 fn golden(name: &str) -> Vec<u8> {
-    let path = format!("{GOLDEN}/{name}.hex");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let path = golden_dir().join(format!("{name}.hex"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let hex: String = text.split_whitespace().collect();
     (0..hex.len())
         .step_by(2)
@@ -84,7 +88,7 @@ fn the_released_schema_writes_the_golden_bytes() {
     for (name, bytes) in released_records() {
         if std::env::var("LIKES_WRITE_GOLDEN").as_deref() == Ok("1") {
             let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            std::fs::write(format!("{GOLDEN}/{name}.hex"), hex + "\n").unwrap();
+            std::fs::write(golden_dir().join(format!("{name}.hex")), hex + "\n").unwrap();
         }
         assert_eq!(golden(name), bytes, "{name}: golden bytes differ");
     }

@@ -101,9 +101,9 @@ mod tests {
     /// (the driver's per-statement default is LOCAL_SERIAL only where one is set).
     #[test]
     fn no_statement_sets_its_own_serial_consistency() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+        let root = likes_support::repo::root().join("src");
         let mut offenders = Vec::new();
-        let mut dirs = vec![std::path::PathBuf::from(root)];
+        let mut dirs = vec![root];
         while let Some(dir) = dirs.pop() {
             for entry in std::fs::read_dir(&dir).unwrap() {
                 let path = entry.unwrap().path();

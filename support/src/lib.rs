@@ -5,6 +5,8 @@
 //!   Cassandra, and `stack.sh up`.
 //! - [`names`]: a keyspace and topic prefix no other run uses, and the environment that points
 //!   a `likes` child process at them.
+//! - [`repo`]: the checkout's root, found at run time (the build cache is shared).
 
 pub mod names;
+pub mod repo;
 pub mod stack;

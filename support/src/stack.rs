@@ -17,7 +17,7 @@ pub fn dir() -> PathBuf {
 
 /// The repository's `stack/stack.sh`.
 pub fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../stack/stack.sh")
+    crate::repo::root().join("stack/stack.sh")
 }
 
 /// kill -9 of the stack's `kafka` or `cassandra`, as a crashed node dies, and the wait until

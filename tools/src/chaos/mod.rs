@@ -66,9 +66,10 @@ pub struct ChaosArgs {
     /// with fail points).
     #[arg(long, default_value_t = 1500, allow_hyphen_values = true)]
     pub skew_ms: i64,
-    /// The stack script that starts the broker and Cassandra again.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../stack/stack.sh"))]
-    pub stack_script: PathBuf,
+    /// The stack script that starts the broker and Cassandra again [default: this
+    /// checkout's stack/stack.sh].
+    #[arg(long)]
+    pub stack_script: Option<PathBuf>,
 }
 
 /// One run's report.
@@ -244,13 +245,14 @@ async fn run_one(
         let live = live.clone();
         tokio::spawn(async move { loadgen::drive(target, &mut mix, &phases, live).await })
     };
+    let stack_script = (args.stack_script.clone()).unwrap_or_else(likes_support::stack::script);
     let mut strikes = Strikes {
         settings: &settings,
         topology: topology.clone(),
         session: &session,
         dir: &dir,
         stack_dir: &stack_dir,
-        stack_script: &args.stack_script,
+        stack_script: &stack_script,
         fleet: &mut fleet,
         interrupted,
         struck: Vec::new(),
