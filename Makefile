@@ -13,7 +13,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: demo-prereqs image k8s-check k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
+.PHONY: demo-prereqs image k8s-check k8s-e2e k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -140,6 +140,10 @@ image: ## Build the `likes` image daemonless (buildah), save it as an OCI archiv
 k8s-check: ## Build every k8s/ overlay; validate offline (Kubernetes + CRD schemas), deployment rules, checkov
 	@stack/prereqs.sh deploy
 	k8s/check/k8s-check.sh
+
+k8s-e2e: ## Apply both overlays to a real control plane (apiserver, controllers, kwok nodes) and check what it makes of them
+	@stack/prereqs.sh deploy k8s
+	k8s/e2e/e2e.sh
 
 k8s-topics: ## Regenerate the prod overlay's Strimzi KafkaTopics from topology/
 	k8s/check/kafka_topics.py > k8s/components/strimzi-topics/kafka-topics.yaml

@@ -5,7 +5,8 @@
 #
 #   stack/prereqs.sh [--check] [GROUP...]
 #     GROUP: stack (run Kafka and Cassandra), build (compile the crate), lint (buf),
-#            bench (the report's plots), deploy (make image, k8s-check, alerts-check);
+#            bench (the report's plots), deploy (make image, k8s-check, alerts-check),
+#            k8s (make k8s-e2e: a control plane on this machine);
 #            none given: stack build
 #     as root, installs what is missing (apt-get) and says what each package is for;
 #     otherwise, or with --check, prints the exact `apt-get install` line and exits 1
@@ -19,8 +20,8 @@ groups=()
 for a in "$@"; do
   case "$a" in
     --check) check_only=true ;;
-    stack | build | lint | bench | deploy) groups+=("$a") ;;
-    *) echo "usage: $0 [--check] [stack|build|lint|bench|deploy]..." >&2; exit 2 ;;
+    stack | build | lint | bench | deploy | k8s) groups+=("$a") ;;
+    *) echo "usage: $0 [--check] [stack|build|lint|bench|deploy|k8s]..." >&2; exit 2 ;;
   esac
 done
 ((${#groups[@]})) || groups=(stack build)
@@ -43,6 +44,7 @@ declare -A why=(
   [golang-go]="installs kustomize from the Go module proxy (\`make k8s-check\`)"
   [python3-venv]="a venv for kubernetes-validate and checkov from PyPI (\`make k8s-check\`)"
   [curl]="the image smoke run asks /healthz with it"
+  [openssl]="the e2e control plane's certificates and token (\`make k8s-e2e\`)"
   [runc]="the OCI runtime podman falls back to where crun cannot run (cgroup v1, no CAP_SYS_RESOURCE)"
 )
 
@@ -81,6 +83,13 @@ if wants deploy; then
   python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
   has_cmd curl || need+=(curl)
   has_cmd runc || need+=(runc)
+fi
+if wants k8s; then
+  has_cmd openssl || need+=(openssl)
+  has_cmd go || need+=(golang-go)
+  has_cmd mvn || need+=(maven)
+  has_cmd curl || need+=(curl)
+  python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 fi
 if wants bench; then
   { has_cmd dpkg && has_pkg fonts-dejavu-core; } || [[ -n "${LIKES_PLOT_FONT:-}" ]] \

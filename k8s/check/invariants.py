@@ -44,6 +44,21 @@ def check(path):
     fail = lambda what: problems.append(f"{path.name}: {what}")
     session = seconds(CLUSTER["kafka"]["session_timeout"])
 
+    # Every container runs the image its overlay names (an `images:` entry anywhere else,
+    # the base's once, renames it first and the overlay's then matches nothing).
+    overlay = ROOT / "k8s" / "overlays" / path.stem / "kustomization.yaml"
+    if overlay.exists():
+        named = [i for i in yaml.safe_load(overlay.read_text()).get("images", []) if i["name"] == "likes"]
+        if not named:
+            fail("the overlay names no image for `likes`")
+        else:
+            want = named[0]["newName"] + (f"@{named[0]['digest']}" if "digest" in named[0] else f":{named[0]['newTag']}")
+            for d in docs:
+                spec = pod_spec(d)
+                for c in (spec or {}).get("containers", []):
+                    if c["image"] != want:
+                        fail(f"{d['kind']}/{d['metadata']['name']}/{c['name']}: runs {c['image']}, the overlay names {want}")
+
     for stage, topic in (("likes-dedupe", "events"), ("likes-count", "deltas")):
         sts = by.get(("StatefulSet", stage))
         if not sts:
