@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# `make k8s-e2e`: both overlays applied for real to a real control plane (cluster.sh: etcd,
+# `make k8s-e2e`: every overlay applied for real to a real control plane (cluster.sh: etcd,
 # kube-apiserver, controller-manager, scheduler, kwok nodes), as docs/operations.md's
 # "Deploy order" says, then asked what the controllers made of them (checks.py). Containers
 # are not run: kwok nodes take pods and report them Ready without running them.
 #
 #   1. the operators' CRDs at the versions k8s/schemas/ is vendored from (prometheus-operator,
 #      scylla-operator) and Strimzi's KafkaTopic CRD from its own generator (strimzi/crd.sh);
-#   2. per overlay, a namespace enforcing the restricted Pod Security profile, the Secret,
-#      the apply-first Jobs (waited to completion), then the rest;
+#   2. per overlay (every one in k8s/overlays/, each its own namespace), a namespace enforcing
+#      the restricted Pod Security profile, the Secret, the apply-first Jobs (waited to
+#      completion), then the rest;
 #   3. the controllers' work: pods scheduled and Ready, claims Bound, HPA, PDBs, Services'
 #      endpoints, NetworkPolicies, least RBAC, every CronJob's Job when triggered by hand;
 #   4. an upgrade as the runbook orders it: Jobs again, readers first (count, then dedupe),
@@ -60,12 +61,12 @@ metadata:
 provisioner: kubernetes.io/no-provisioner
 volumeBindingMode: Immediate
 EOF
-  for i in $(seq 12); do
+  for i in $(seq 32); do
     printf -- '---\napiVersion: v1\nkind: PersistentVolume\nmetadata: { name: e2e-pv-%s }\n' "$i"
     printf 'spec: { storageClassName: e2e-static, capacity: { storage: 50Gi }, accessModes: [ReadWriteOnce], hostPath: { path: /tmp/e2e-pv-%s } }\n' "$i"
   done
 } | kubectl apply -f - >/dev/null
-echo "StorageClass e2e-static (default), 12 volumes of 50Gi"
+echo "StorageClass e2e-static (default), 32 volumes of 50Gi"
 
 build() { # overlay dir, output basename
   "$KUSTOMIZE" build --load-restrictor LoadRestrictionsNone "$1" >"$work/$2.yaml"
@@ -192,8 +193,17 @@ PY
   refused "a CronJob schedule that does not parse (61 * * * *)" 'spec.schedule: Invalid value' "$work/schedule.json"
 }
 
-deploy dev
-deploy prod
+# Every overlay, each into its own namespace (a region's overlay too, once it exists).
+seen=" "
+for dir in "$repo"/k8s/overlays/*/; do
+  overlay=$(basename "$dir")
+  build "$dir" "$overlay"
+  ns=$(namespace_of "$work/$overlay.json")
+  [[ "$seen" != *" $ns "* ]] ||
+    { echo "k8s-e2e: overlay $overlay deploys into namespace $ns, as another overlay does"; exit 1; }
+  seen+="$ns "
+  deploy "$overlay"
+done
 upgrade prod
 broken
 step "OK in $((SECONDS - started)) s"
