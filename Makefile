@@ -13,7 +13,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: demo-prereqs image k8s-check k8s-e2e k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
+.PHONY: demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,6 +27,13 @@ up: ## Start Kafka and Cassandra on 127.0.0.1 (fetches jars once; idempotent)
 
 down: ## Stop exactly the Kafka and Cassandra processes `make up` started
 	@stack/stack.sh down
+
+up-regions: ## Start the two-datacenter Cassandra of docs/multi-region.md (127.0.0.2 region-a, 127.0.0.3 region-b)
+	@stack/prereqs.sh stack
+	@stack/stack.sh up-regions
+
+down-regions: ## Stop the two regional Cassandra nodes
+	@stack/stack.sh down-regions
 
 stack-reset: ## Stop the stack and wipe its data
 	@stack/stack.sh reset
@@ -123,6 +130,10 @@ test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; star
 	  awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(LIKES_CACHE)/last-test.log \
 	    | tee $(LIKES_CACHE)/test-summary; \
 	  exit $$status
+
+test-regions: up-regions ## The tests against the two-datacenter Cassandra (tests/regions.rs)
+	@stack/prereqs.sh build
+	$(CARGO) test --features likes/failpoints --test regions -- --include-ignored
 
 test-unit: ## Only the tests that need no stack (unit tests of the product and the tools; seconds once built)
 	@stack/prereqs.sh build

@@ -134,6 +134,11 @@ pub struct CqlSettings {
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
     pub replication: Replication,
+    /// The datacenter of this process's region: requests go to its nodes only, and
+    /// `LOCAL_*` consistencies mean it (docs/multi-region.md). Unset: any node, for a
+    /// cluster of one datacenter.
+    #[serde(default)]
+    pub local_datacenter: Option<String>,
 }
 
 /// The keyspace's replication, as `CREATE KEYSPACE` takes it.

@@ -3,10 +3,12 @@
 
   probe.py kafka HOST:PORT      a Metadata request answered with at least one broker
   probe.py cql HOST:PORT        SELECT release_version FROM system.local answered
+  probe.py dcs HOST:PORT        the node sees PROBE_DCS (2) datacenters: its own and its peers'
   probe.py port HOST:PORT       exit 0 if something listens there
 
 Prints one line on success; exits non-zero otherwise. Used by stack.sh.
 """
+import os
 import socket
 import struct
 import sys
@@ -55,14 +57,15 @@ def _cql_string(b):
     return struct.pack(">H", len(b)) + b
 
 
-def cql(addr):
+def _cql_column(addr, query):
+    """The values of a one-text-column query, over the bare native protocol (v4)."""
     with _connect(addr) as s:
         startup = struct.pack(">H", 1) + _cql_string(b"CQL_VERSION") + _cql_string(b"3.0.0")
         s.sendall(_cql_frame(0x01, startup))
         opcode, body = _cql_read(s)
         if opcode != 0x02:
             raise RuntimeError(f"STARTUP answered opcode {opcode:#x}: {body[6:].decode(errors='replace')}")
-        q = b"SELECT release_version FROM system.local"
+        q = query.encode()
         s.sendall(_cql_frame(0x07, struct.pack(">i", len(q)) + q + struct.pack(">HB", 0x0001, 0)))
         opcode, body = _cql_read(s)
         if opcode != 0x08:
@@ -80,11 +83,29 @@ def cql(addr):
     off += 2 + n + 2  # + type option id (varchar)
     (nrows,) = struct.unpack(">i", body[off:off + 4])
     off += 4
-    if nrows < 1:
+    values = []
+    for _ in range(nrows):
+        (n,) = struct.unpack(">i", body[off:off + 4])
+        values.append(body[off + 4:off + 4 + n].decode() if n >= 0 else None)
+        off += 4 + max(n, 0)
+    return values
+
+
+def cql(addr):
+    versions = _cql_column(addr, "SELECT release_version FROM system.local")
+    if not versions:
         raise RuntimeError("system.local is empty")
-    (n,) = struct.unpack(">i", body[off:off + 4])
-    version = body[off + 4:off + 4 + n].decode()
-    return f"cassandra {addr}: release_version {version}"
+    return f"cassandra {addr}: release_version {versions[0]}"
+
+
+def dcs(addr):
+    """The datacenters the node at addr sees up in its ring: its own and its peers'."""
+    seen = _cql_column(addr, "SELECT data_center FROM system.local")
+    seen += _cql_column(addr, "SELECT data_center FROM system.peers_v2")
+    want = int(os.environ.get("PROBE_DCS", "2"))
+    if len(set(seen)) < want:
+        raise RuntimeError(f"sees datacenters {sorted(set(seen))}, not yet {want}")
+    return f"cassandra {addr}: datacenters {', '.join(sorted(set(seen)))}"
 
 
 def port(addr):
@@ -93,7 +114,7 @@ def port(addr):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("kafka", "cql", "port"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("kafka", "cql", "dcs", "port"):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     try:

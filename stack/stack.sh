@@ -4,6 +4,11 @@
 #
 #   stack.sh up       fetch jars (cached), start both, wait until truly ready; idempotent
 #   stack.sh down     stop exactly the processes `up` started (by pid file)
+#   stack.sh up-regions / down-regions
+#                     a second Cassandra cluster of two nodes, one per datacenter
+#                     (region-a on $REGION_A_ADDRESS, region-b on $REGION_B_ADDRESS, same
+#                     ports): the real two-DC store of docs/multi-region.md. Apart from
+#                     `up`'s node, so both run at once; `down` leaves it alone.
 #   stack.sh reset    down, then wipe both data dirs
 #   stack.sh status   what runs, where the logs are
 #   stack.sh fetch    only download the jars
@@ -12,7 +17,8 @@
 #   LIKES_CACHE       jar cache and default state dir root   (~/.cache/likes)
 #   LIKES_STACK_DIR   data, logs and pid files               ($LIKES_CACHE/stack)
 #   KAFKA_PORT (9092) KAFKA_CONTROLLER_PORT (9093) CQL_PORT (9042) CASSANDRA_STORAGE_PORT (7000)
-#   KAFKA_HEAP (512m) CASSANDRA_HEAP (1g)
+#   KAFKA_HEAP (512m) CASSANDRA_HEAP (1g) REGION_HEAP (768m, each regional node)
+#   REGION_A_ADDRESS (127.0.0.2) REGION_B_ADDRESS (127.0.0.3)
 set -euo pipefail
 
 KAFKA_VERSION=4.1.1
@@ -27,6 +33,9 @@ CQL_PORT="${CQL_PORT:-9042}"
 CASSANDRA_STORAGE_PORT="${CASSANDRA_STORAGE_PORT:-7000}"
 KAFKA_HEAP="${KAFKA_HEAP:-512m}"
 CASSANDRA_HEAP="${CASSANDRA_HEAP:-1g}"
+REGION_HEAP="${REGION_HEAP:-768m}"
+REGION_A_ADDRESS="${REGION_A_ADDRESS:-127.0.0.2}"
+REGION_B_ADDRESS="${REGION_B_ADDRESS:-127.0.0.3}"
 KAFKA_JARS="$CACHE/jars/kafka-$KAFKA_VERSION"
 CASSANDRA_JARS="$CACHE/jars/cassandra-$CASSANDRA_VERSION"
 
@@ -73,24 +82,45 @@ pid_alive() {
   pid="$(cat "$pidfile")"
   case "$(basename "$pidfile")" in
     kafka.pid) main=kafka.Kafka ;;
-    cassandra.pid) main=org.apache.cassandra.service.CassandraDaemon ;;
+    cassandra.pid | cassandra-region-?.pid) main=org.apache.cassandra.service.CassandraDaemon ;;
     *) return 1 ;;
   esac
   kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$main"
 }
 
 port_free() {
-  local port="$1" what="$2"
-  if python3 "$HERE/probe.py" port "127.0.0.1:$port" >/dev/null 2>&1; then
+  local port="$1" what="$2" host="${3:-127.0.0.1}"
+  if python3 "$HERE/probe.py" port "$host:$port" >/dev/null 2>&1; then
     printf 'stack: error: port %s (%s) is already taken by another process; free it or set the port variable (see stack/stack.sh)\n' "$port" "$what" >&2
     return 1
   fi
 }
 
-render() {  # template -> file, filling in the placeholders
+render() {  # template -> file, filling in the placeholders (the node's, when one is set)
   sed -e "s#@STATE@#$STATE#g" -e "s#@KAFKA_PORT@#$KAFKA_PORT#g" \
       -e "s#@CONTROLLER_PORT@#$KAFKA_CONTROLLER_PORT#g" -e "s#@CQL_PORT@#$CQL_PORT#g" \
-      -e "s#@STORAGE_PORT@#$CASSANDRA_STORAGE_PORT#g" "$1" >"$2"
+      -e "s#@STORAGE_PORT@#$CASSANDRA_STORAGE_PORT#g" -e "s#@NODE_DIR@#${N_DIR:-}#g" \
+      -e "s#@CLUSTER@#${N_CLUSTER:-}#g" -e "s#@ADDRESS@#${N_ADDRESS:-}#g" \
+      -e "s#@TOKEN@#${N_TOKEN:-}#g" -e "s#@SEEDS@#${N_SEEDS:-}#g" -e "s#@SNITCH@#${N_SNITCH:-}#g" \
+      "$1" >"$2"
+}
+
+# One Cassandra node of the stack: `cassandra` (up's), or `cassandra-region-a`/`-b` (the
+# two-DC cluster: a node per datacenter, GossipingPropertyFileSnitch naming its DC; the
+# tokens differ, and with one replica per DC every node holds every row).
+node_conf() {
+  N_DIR="$STATE/$1" N_LOGS="$STATE/logs/$1"
+  case "$1" in
+    cassandra)
+      N_CLUSTER=likes-dev N_ADDRESS=127.0.0.1 N_TOKEN=0 N_SNITCH=SimpleSnitch N_DC=
+      N_SEEDS="127.0.0.1:$CASSANDRA_STORAGE_PORT" N_HEAP=$CASSANDRA_HEAP ;;
+    cassandra-region-a | cassandra-region-b)
+      N_CLUSTER=likes-regions N_SNITCH=GossipingPropertyFileSnitch N_DC=${1#cassandra-}
+      N_SEEDS="$REGION_A_ADDRESS:$CASSANDRA_STORAGE_PORT" N_HEAP=$REGION_HEAP
+      if [[ $1 == cassandra-region-a ]]; then N_ADDRESS=$REGION_A_ADDRESS N_TOKEN=0
+      else N_ADDRESS=$REGION_B_ADDRESS N_TOKEN=4611686018427387904; fi ;;
+    *) die "no cassandra node named $1" ;;
+  esac
 }
 
 # wait_ready NAME PIDFILE LOG TIMEOUT PROBE-ARGS...
@@ -142,8 +172,8 @@ start_kafka() {
 
 cassandra_jvm_opts() {
   cat <<OPTS
--Xms$CASSANDRA_HEAP
--Xmx$CASSANDRA_HEAP
+-Xms$N_HEAP
+-Xmx$N_HEAP
 -Xss512k
 -XX:+UseG1GC
 -XX:+ParallelRefProcEnabled
@@ -151,13 +181,13 @@ cassandra_jvm_opts() {
 -XX:G1HeapRegionSize=16m
 -XX:MaxGCPauseMillis=300
 -XX:+ExitOnOutOfMemoryError
--XX:HeapDumpPath=$STATE/logs/cassandra
+-XX:HeapDumpPath=$N_LOGS
 -javaagent:$CASSANDRA_JARS/jamm-0.4.0.jar
 -Djava.awt.headless=true
 -Dcassandra-foreground=yes
--Dcassandra.config=file://$STATE/cassandra/cassandra.yaml
--Dcassandra.storagedir=$STATE/cassandra
--Dcassandra.logdir=$STATE/logs/cassandra
+-Dcassandra.config=file://$N_DIR/cassandra.yaml
+-Dcassandra.storagedir=$N_DIR
+-Dcassandra.logdir=$N_LOGS
 -Dlogback.configurationFile=$HERE/cassandra/logback.xml
 -Dcassandra.skip_wait_for_gossip_to_settle=0
 -Dcassandra.ring_delay_ms=1000
@@ -166,25 +196,29 @@ cassandra_jvm_opts() {
 -Dio.netty.allocator.useCacheForAllThreads=true
 -Dio.netty.allocator.maxOrder=11
 OPTS
+  [[ -z "$N_DC" ]] || echo "-Dcassandra-rackdc.properties=file://$N_DIR/cassandra-rackdc.properties"
   cat "$HERE/cassandra/jvm17.options"
 }
 
-start_cassandra() {
-  local pidfile="$STATE/cassandra.pid" log="$STATE/logs/cassandra/stdout.log"
-  if pid_alive "$pidfile"; then say "cassandra already running (pid $(cat "$pidfile"))"; return 0; fi
-  port_free "$CQL_PORT" "cassandra CQL" || return 1
-  port_free "$CASSANDRA_STORAGE_PORT" "cassandra storage" || return 1
-  mkdir -p "$STATE/cassandra" "$STATE/logs/cassandra"
-  render "$HERE/cassandra/cassandra.yaml" "$STATE/cassandra/cassandra.yaml"
+start_cassandra() {  # [node name]
+  local name="${1:-cassandra}"
+  node_conf "$name"
+  local pidfile="$STATE/$name.pid" log="$N_LOGS/stdout.log"
+  if pid_alive "$pidfile"; then say "$name already running (pid $(cat "$pidfile"))"; return 0; fi
+  port_free "$CQL_PORT" "$name CQL" "$N_ADDRESS" || return 1
+  port_free "$CASSANDRA_STORAGE_PORT" "$name storage" "$N_ADDRESS" || return 1
+  mkdir -p "$N_DIR" "$N_LOGS"
+  render "$HERE/cassandra/cassandra.yaml" "$N_DIR/cassandra.yaml"
+  [[ -z "$N_DC" ]] || printf 'dc=%s\nrack=rack1\n' "$N_DC" >"$N_DIR/cassandra-rackdc.properties"
   local opts=()
   while IFS= read -r line; do
     [[ -z "$line" || "$line" == \#* ]] || opts+=("$line")
   done < <(cassandra_jvm_opts)
-  STARTED+=(cassandra)
+  STARTED+=("$name")
   setsid nohup java "${opts[@]}" -cp "$CASSANDRA_JARS/*" org.apache.cassandra.service.CassandraDaemon \
     >"$log" 2>&1 </dev/null &
   echo $! >"$pidfile"
-  say "cassandra starting (pid $!), log: $STATE/logs/cassandra/system.log"
+  say "$name starting (pid $!), log: $N_LOGS/system.log"
 }
 
 stop_one() {
@@ -226,6 +260,30 @@ up() {
   say "up in $((SECONDS - started)) s: kafka 127.0.0.1:$KAFKA_PORT, cql 127.0.0.1:$CQL_PORT; logs under $STATE/logs"
 }
 
+# The two-DC cluster, one node per region: a, then b (b joins through a's gossip), then
+# the check that a sees both datacenters.
+up_regions() {
+  need_tools
+  mkdir -p "$STATE/logs"
+  fetch
+  local started=$SECONDS name addr
+  for name in cassandra-region-a cassandra-region-b; do
+    node_conf "$name"
+    addr=$N_ADDRESS
+    start_cassandra "$name" || abort_up "$name did not start"
+    wait_ready "$name" "$STATE/$name.pid" "$N_LOGS/system.log" 240 cql "$addr:$CQL_PORT" \
+      || abort_up "$name did not become ready; stopped what this call started"
+  done
+  wait_ready cassandra-region-a "$STATE/cassandra-region-a.pid" "$STATE/logs/cassandra-region-a/system.log" 60 \
+    dcs "$REGION_A_ADDRESS:$CQL_PORT" || abort_up "the two regions' nodes do not see each other"
+  say "regions up in $((SECONDS - started)) s: region-a cql $REGION_A_ADDRESS:$CQL_PORT, region-b cql $REGION_B_ADDRESS:$CQL_PORT (heap $REGION_HEAP each)"
+}
+
+down_regions() {
+  stop_one cassandra-region-b
+  stop_one cassandra-region-a
+}
+
 # The processes `make demo` leaves up for a look (pid files under $STATE/demo), stopped
 # first so nothing is left talking to a stack that goes away. A pid counts only while it
 # still runs `likes`.
@@ -252,12 +310,14 @@ down() {
 
 reset() {
   down
-  rm -rf "$STATE/kafka" "$STATE/cassandra" "$STATE/demo"
+  down_regions
+  rm -rf "$STATE/kafka" "$STATE/cassandra" "$STATE/demo" "$STATE"/cassandra-region-?
   say "wiped kafka and cassandra data under $STATE"
 }
 
 status() {
-  for name in kafka cassandra; do
+  for name in kafka cassandra cassandra-region-a cassandra-region-b; do
+    [[ $name != cassandra-region-* || -f "$STATE/$name.pid" ]] || continue
     if pid_alive "$STATE/$name.pid"; then say "$name running (pid $(cat "$STATE/$name.pid"))"
     else say "$name stopped"; fi
   done
@@ -271,10 +331,12 @@ running() {
 
 case "${1:-}" in
   up) up ;;
+  up-regions) up_regions ;;
+  down-regions) down_regions ;;
   running) running ;;
   down) down ;;
   reset) reset ;;
   status) status ;;
   fetch) need_tools; fetch ;;
-  *) echo "usage: $0 up|down|reset|status|running|fetch" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|reset|status|running|fetch|up-regions|down-regions" >&2; exit 2 ;;
 esac

@@ -72,8 +72,7 @@ fn released_records() -> Vec<(&'static str, Vec<u8>)> {
 
 fn golden(name: &str) -> Vec<u8> {
     let path = golden_dir().join(format!("{name}.hex"));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let hex: String = text.split_whitespace().collect();
     (0..hex.len())
         .step_by(2)

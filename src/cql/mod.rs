@@ -9,6 +9,7 @@ use std::sync::Arc;
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::policies::load_balancing::DefaultPolicy;
 use scylla::statement::SerialConsistency;
 
 use crate::config::CqlSettings;
@@ -17,16 +18,30 @@ use crate::error::Result;
 /// The serial consistency of every conditional write and SERIAL read, decided here once for
 /// every process: SERIAL (Paxos across all datacenters), never the driver's default
 /// LOCAL_SERIAL. Two LOCAL_SERIAL writers in two datacenters are not linearizable with each
-/// other, and multi-region moves rely on one row's fence being one Paxos group (docs/design.md,
-/// "Multi-region (planned)"). No statement sets its own (a test holds the code to that).
+/// other: tests/regions.rs races two datacenters' writers on one real two-DC cluster, and at
+/// LOCAL_SERIAL both won a few rows of 300 in each run tried (docs/multi-region.md, "Paxos
+/// scope"). No statement sets its own (a test holds the code to that).
 pub const SERIAL_CONSISTENCY: SerialConsistency = SerialConsistency::Serial;
 
 /// The execution profile every session uses.
 pub fn profile(settings: &CqlSettings) -> ExecutionProfile {
-    ExecutionProfile::builder()
+    let builder = ExecutionProfile::builder()
         .request_timeout(Some(settings.request_timeout))
-        .serial_consistency(Some(SERIAL_CONSISTENCY))
-        .build()
+        .serial_consistency(Some(SERIAL_CONSISTENCY));
+    match &settings.local_datacenter {
+        // A region's processes coordinate through their own datacenter's nodes and never
+        // fail over to another's: a write that cannot reach its home fails, it is not
+        // coordinated from afar (docs/multi-region.md, "Forwarding and retries").
+        Some(dc) => builder
+            .load_balancing_policy(
+                DefaultPolicy::builder()
+                    .prefer_datacenter(dc.clone())
+                    .permit_dc_failover(false)
+                    .build(),
+            )
+            .build(),
+        None => builder.build(),
+    }
 }
 
 /// Connects to the cluster (not to a keyspace: statements name theirs, so one session can

@@ -18,7 +18,12 @@ pub fn root() -> PathBuf {
     starts
         .into_iter()
         .flatten()
-        .find_map(|start| start.ancestors().find(|d| is_root(d)).map(Path::to_path_buf))
+        .find_map(|start| {
+            start
+                .ancestors()
+                .find(|d| is_root(d))
+                .map(Path::to_path_buf)
+        })
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/..")))
 }
 
