@@ -27,6 +27,27 @@ pub struct Settings {
     pub topology: TopologySettings,
     pub log: LogSettings,
     pub ops: OpsSettings,
+    pub region: RegionSettings,
+}
+
+/// Home regions (docs/multi-region.md). Without a `name`, one region: no range table is read
+/// and every item's writes are this deployment's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegionSettings {
+    /// This process's region, as the range table names homes.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// How often a writer reads the range table again.
+    #[serde(with = "humantime_serde")]
+    pub refresh: Duration,
+    /// A writer starts a write only with a view of the range table younger than this
+    /// (counted from when it sent the read); a move waits it out (plus the write's deadline
+    /// and one CQL timeout) before the new home takes the range.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// How many ranges `likes region init` splits the items into (hash of the item id).
+    pub ranges: u32,
 }
 
 /// The operations jobs: erase, drift, reconcile, rebuild.
@@ -251,6 +272,25 @@ impl Settings {
                  the relay would take the outbox entry of a request still in flight",
                 self.api.relay_min_age, in_flight
             ));
+        }
+        if self.region.refresh.is_zero() || self.region.lease <= self.region.refresh {
+            return bad(format!(
+                "region.lease ({:?}) must exceed region.refresh ({:?}), above zero: a writer would \
+                 lose its lease between two reads of the range table",
+                self.region.lease, self.region.refresh
+            ));
+        }
+        if !(1..=4096).contains(&self.region.ranges) {
+            return bad("region.ranges must be 1 to 4096".into());
+        }
+        let region_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        if self
+            .region
+            .name
+            .as_deref()
+            .is_some_and(|n| n.is_empty() || n.len() > 64 || !n.chars().all(region_char))
+        {
+            return bad("region.name must be 1-64 of [A-Za-z0-9_-]".into());
         }
         if self.dedupe.transaction_timeout < Duration::from_secs(1) {
             return bad("dedupe.transaction_timeout must be at least 1s".into());

@@ -24,6 +24,8 @@
 //! - [`cql`]: the CQL session (serial consistency set once) and the keyspace's table specs.
 //! - [`config`], [`topology`]: typed settings and the topology spec of `topology/`.
 //! - [`hash`]: the stable hash behind buckets and partitions (Kafka's murmur2).
+//! - [`region`]: home regions: which region writes an item, by a leased view of the range
+//!   table (docs/multi-region.md).
 //! - [`cmd`]: how each long-running process is assembled (named tasks, joined), and the
 //!   setup commands (`migrate`, `topics`).
 //! - [`ops`]: the operations jobs (`drift`, `reconcile`, `rebuild`, `erase`, `replay`).
@@ -45,6 +47,7 @@ pub mod hash;
 pub mod kafka;
 pub mod ops;
 pub mod records;
+pub mod region;
 pub mod relay;
 pub mod runtime;
 pub mod schema;

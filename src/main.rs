@@ -127,6 +127,16 @@ enum Command {
     ///   kubectl -n likes scale statefulset/likes-count --replicas=N
     #[command(verbatim_doc_comment)]
     Rebuild,
+    /// Home regions: give every item range a home, show the range table, move ranges
+    /// (docs/multi-region.md).
+    ///
+    /// Example: likes region init --home region-a
+    ///          likes region move --from region-a --to region-b
+    #[command(verbatim_doc_comment)]
+    Region {
+        #[command(subcommand)]
+        action: RegionAction,
+    },
     /// Reset a stage's consumer group to replay its input; counts do not move.
     Replay {
         /// The group, as on the cluster (with the topic prefix), e.g. likes-count.
@@ -138,6 +148,35 @@ enum Command {
         /// Replay from the first record at or after this time (Unix ms or RFC 3339).
         #[arg(long)]
         to_time: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum RegionAction {
+    /// Give every range without a home to REGION at epoch 1 (region.ranges of them; once,
+    /// idempotent: never moves a range).
+    Init {
+        #[arg(long)]
+        home: String,
+    },
+    /// The ranges by home, their epochs, and moves under way.
+    Status,
+    /// Move ranges to another region: bump (the old home's writes fail closed), fence (wait
+    /// out its lease and writes in flight), settle (the new home writes). Safe to rerun.
+    Move {
+        /// A range to move (repeat for more).
+        #[arg(
+            long = "range",
+            required_unless_present = "from",
+            conflicts_with = "from"
+        )]
+        ranges: Vec<i32>,
+        /// Every range this region is home to.
+        #[arg(long)]
+        from: Option<String>,
+        /// The new home.
+        #[arg(long)]
+        to: String,
     },
 }
 
@@ -231,6 +270,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     likes::ops::replay::run_checked(&settings, &topology, &group, target).await?;
                 out(&report.to_string());
             }
+            Command::Region { action } => match action {
+                RegionAction::Init { home } => out(&likes::ops::region::init(&settings, &home)
+                    .await?
+                    .to_string()),
+                RegionAction::Status => {
+                    out(&likes::ops::region::status(&settings).await?.to_string())
+                }
+                RegionAction::Move { ranges, from, to } => {
+                    let which = match from {
+                        Some(from) => likes::ops::region::Which::From(from),
+                        None => likes::ops::region::Which::Ranges(ranges),
+                    };
+                    out(&likes::ops::region::r#move(&settings, which, &to)
+                        .await?
+                        .to_string())
+                }
+            },
             Command::Erase { user } => {
                 if let Some(u) = &user {
                     if !likes::write::valid_id(u) {

@@ -11,6 +11,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use likes::config::{ReplicationClass, Settings};
 use scylla::client::session::Session;
@@ -143,4 +144,208 @@ async fn serial_conditional_writes_from_two_datacenters_have_one_winner_per_row(
         }
     }
     let _ = sa.query_unpaged(format!("DROP KEYSPACE {ks}"), ()).await;
+}
+
+/// One region's API, in this process, on the shared two-datacenter keyspace.
+async fn region_api(
+    settings: &Settings,
+    topology: &likes::topology::Topology,
+) -> common::api::Client {
+    let app = likes::api::App::connect(settings, topology)
+        .await
+        .expect("api");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, likes::api::router(app)).await });
+    common::api::Client {
+        http: reqwest::Client::new(),
+        base: url,
+        signer: likes::api::auth::Signer::new(common::api::KEY.as_bytes()),
+    }
+}
+
+/// One write's outcome, timed from the move's start.
+struct Tried {
+    region: &'static str,
+    started: Duration,
+    status: u16,
+    error: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the two-datacenter cluster: make test-regions"]
+async fn a_move_fences_the_old_home_before_the_new_one_writes() {
+    let mut base = common::settings("regions_move");
+    base.cql.replication.class = ReplicationClass::NetworkTopologyStrategy;
+    base.cql.replication.datacenters =
+        [("region-a".to_string(), 1), ("region-b".to_string(), 1)].into();
+    base.api.session_key = common::api::KEY.into();
+    base.api.admin_token = common::api::ADMIN.into();
+    // A short fence for a test: lease 1 s + deadline 2 s + one CQL timeout 3 s.
+    base.region.ranges = 4;
+    base.region.lease = Duration::from_secs(1);
+    base.region.refresh = Duration::from_millis(200);
+    base.api.write_deadline = Duration::from_secs(2);
+    base.cql.request_timeout = Duration::from_secs(3);
+    let prefix = base.kafka.topic_prefix.clone();
+    let in_region = |dc: &str, address: &str, letter: &str| {
+        let mut s = region(&base, dc, address);
+        s.region.name = Some(dc.to_string());
+        s.kafka.topic_prefix = format!("{prefix}{letter}.");
+        s
+    };
+    let (a, b) = (
+        in_region("region-a", "127.0.0.2", "a"),
+        in_region("region-b", "127.0.0.3", "b"),
+    );
+    let topology = likes::topology::Topology::load(None).unwrap();
+    let session = likes::cql::connect(&a.cql)
+        .await
+        .expect("region-a (is `make up-regions` up?)");
+    likes::cmd::migrate::run(&session, &a.cql)
+        .await
+        .expect("migrate");
+    for s in [&a, &b] {
+        likes::cmd::topics::run(s, &topology).await.expect("topics");
+    }
+    let init = likes::ops::region::init(&a, "region-a")
+        .await
+        .expect("init");
+    assert_eq!((init.created, init.existing), (4, 0));
+    assert_eq!(
+        likes::ops::region::init(&a, "region-b")
+            .await
+            .expect("init again")
+            .created,
+        0,
+        "init never moves a range"
+    );
+    let (api_a, api_b) = (
+        region_api(&a, &topology).await,
+        region_api(&b, &topology).await,
+    );
+
+    let item = "moved-item";
+    let range = likes::region::range_of(item, 4);
+    // Before: region-a writes the item; region-b refuses it and names its home.
+    let (st, body) = api_b.like("u-first", item, "k-first-b").await;
+    assert_eq!(st, 503, "{body}");
+    assert_eq!(body["error"], "not_home", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("region-a"),
+        "{body}"
+    );
+    let (st, body) = api_a.like("u-first", item, "k-first-a").await;
+    assert_eq!(st, 200, "{body}");
+
+    // The move, with both regions writing the item all along.
+    let fence = likes::ops::region::fence(&a);
+    let t0 = std::time::Instant::now();
+    let mover = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            likes::ops::region::r#move(
+                &a,
+                likes::ops::region::Which::Ranges(vec![range]),
+                "region-b",
+            )
+            .await
+        })
+    };
+    let mut tried = Vec::new();
+    let mut n = 0;
+    while !mover.is_finished()
+        || tried
+            .iter()
+            .filter(|t: &&Tried| t.region == "b" && t.status == 200)
+            .count()
+            < 3
+    {
+        for (name, api) in [("a", &api_a), ("b", &api_b)] {
+            n += 1;
+            let started = t0.elapsed();
+            let (st, body) = api.like(&format!("u{n}"), item, &format!("k{n}")).await;
+            tried.push(Tried {
+                region: name,
+                started,
+                status: st.as_u16(),
+                error: body["error"].as_str().unwrap_or("").into(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            t0.elapsed() < fence + Duration::from_secs(30),
+            "the move did not finish"
+        );
+    }
+    let report = mover.await.unwrap().expect("move");
+    assert_eq!(report.moved, vec![range]);
+
+    let last_a = tried
+        .iter()
+        .filter(|t| t.region == "a" && t.status == 200)
+        .map(|t| t.started)
+        .max();
+    let first_b = tried
+        .iter()
+        .filter(|t| t.region == "b" && t.status == 200)
+        .map(|t| t.started)
+        .min()
+        .unwrap();
+    println!(
+        "move of range {range}: {} writes tried; region-a's last success started at {last_a:?}, region-b's first at \
+         {first_b:?}; fence {fence:?}; move took {:?}",
+        tried.len(),
+        report.took
+    );
+    // Never two homes: the old home's last write started before the new home's first, a
+    // whole fence (its writes' deadline and one CQL timeout) apart.
+    if let Some(last_a) = last_a {
+        assert!(
+            last_a + fence - a.region.lease <= first_b,
+            "a wrote at {last_a:?}, b at {first_b:?}"
+        );
+    }
+    assert!(
+        first_b >= fence,
+        "region-b wrote before the fence ended: {first_b:?}"
+    );
+    // Every refusal said why: the old home names the new one, the new one waits for the settle.
+    for t in &tried {
+        if t.status != 200 {
+            assert_eq!(t.status, 503);
+            assert!(
+                t.error == "not_home" || t.error == "unavailable",
+                "{}",
+                t.error
+            );
+        }
+    }
+    // After: region-b writes it, region-a refuses it and names region-b.
+    let (st, body) = api_a.like("u-after", item, "k-after-a").await;
+    assert_eq!(
+        (st.as_u16(), body["error"].as_str()),
+        (503, Some("not_home")),
+        "{body}"
+    );
+    assert!(
+        body["message"].as_str().unwrap().contains("region-b"),
+        "{body}"
+    );
+    // The first like, made at region-a before the move, is seen by region-b: a retry of its
+    // request key replays the answer instead of writing again.
+    let (st, body) = api_b.like("u-first", item, "k-first-a").await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(
+        body["changed"], true,
+        "the replayed answer is the original one: {body}"
+    );
+    let status = likes::ops::region::status(&a)
+        .await
+        .expect("status")
+        .to_string();
+    assert!(status.contains("no move under way"), "{status}");
+    let _ = session
+        .query_unpaged(format!("DROP KEYSPACE {}", a.cql.keyspace), ())
+        .await;
 }

@@ -26,6 +26,9 @@ pub enum ApiError {
     RateLimited,
     /// 503: writes over the in-flight bound.
     Overloaded,
+    /// 503: another region is the item's home (docs/multi-region.md); forwarding is not
+    /// built yet, so the client retries at the home.
+    NotHome(String),
 }
 
 impl ApiError {
@@ -54,6 +57,7 @@ impl ApiError {
                 "overloaded",
                 "too many writes in flight; retry after the given seconds".into(),
             ),
+            ApiError::NotHome(m) => (StatusCode::SERVICE_UNAVAILABLE, "not_home", m.clone()),
         }
     }
 }
@@ -64,7 +68,10 @@ impl IntoResponse for ApiError {
         let mut r = (status, Json(json!({ "error": error, "message": message }))).into_response();
         if matches!(
             self,
-            ApiError::Unavailable(_) | ApiError::RateLimited | ApiError::Overloaded
+            ApiError::Unavailable(_)
+                | ApiError::RateLimited
+                | ApiError::Overloaded
+                | ApiError::NotHome(_)
         ) {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -86,7 +93,8 @@ impl From<crate::write::WriteError> for ApiError {
         match e {
             W::KeyReused => ApiError::KeyReused,
             W::Erased { .. } => ApiError::Forbidden(e.to_string()),
-            W::RetryWithSameKey(_) => ApiError::Unavailable(e.to_string()),
+            W::RetryWithSameKey(_) | W::RangeClosed(_) => ApiError::Unavailable(e.to_string()),
+            W::NotHome { .. } => ApiError::NotHome(e.to_string()),
             W::Dependency(e) => e.into(),
         }
     }

@@ -148,6 +148,21 @@ pub const TABLES: &[TableSpec] = &[
         purpose: "a one-way fingerprint of each erased account: the API refuses writes from sessions that outlived it",
     },
     TableSpec {
+        name: "ranges",
+        // moving_from: set while a move is under way (store/ranges.rs).
+        columns: &[
+            ("range", "int"),
+            ("home", "text"),
+            ("epoch", "bigint"),
+            ("moving_from", "text"),
+            ("moved_at", "timestamp"),
+        ],
+        partition_key: &["range"],
+        clustering: &[],
+        options: "",
+        purpose: "each item range's home region and epoch (docs/multi-region.md); written only by LWT, read by writers with region.name set",
+    },
+    TableSpec {
         name: "topology_record",
         columns: &[("name", "text"), ("value", "bigint")],
         partition_key: &["name"],

@@ -228,6 +228,14 @@ async fn unlike(job: &Eraser, user: &str, item: &str, id: &str) -> Result<bool> 
         WriteError::RetryWithSameKey(m) => {
             Error::CqlTransient(format!("unliking {item} for erasure {id}: {m}"))
         }
+        // A range moving, or this region's view of the range table past its lease: soon.
+        WriteError::RangeClosed(m) => {
+            Error::CqlTransient(format!("unliking {item} for erasure {id}: {m}"))
+        }
+        // Multi-region erasure (each unlike at its item's home) is not built yet.
+        e @ WriteError::NotHome { .. } => {
+            Error::Config(format!("unliking {item} for erasure {id}: {e}"))
+        }
         // Neither can happen to an operator's unlike (its keys are its own, and the erasure
         // check is for users' sessions); if one does, the edge moved under the job.
         other => Error::Raced(format!("unliking {item} for erasure {id}: {other}")),

@@ -1,5 +1,5 @@
 //! The operations jobs an on-call engineer runs: `erase`, `drift`, `reconcile`, `rebuild`,
-//! `replay`.
+//! `replay`, `region`.
 //! Each is safe to run twice and to kill halfway, and says what it is doing.
 
 pub mod cut;
@@ -9,6 +9,7 @@ pub mod erase;
 pub mod progress;
 pub mod rebuild;
 pub mod reconcile;
+pub mod region;
 pub mod replay;
 
 use std::future::Future;

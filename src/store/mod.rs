@@ -10,6 +10,7 @@ pub mod edges;
 pub mod erasures;
 pub mod events;
 pub mod outbox;
+pub mod ranges;
 pub mod recorded;
 pub mod request_keys;
 pub mod retractions;

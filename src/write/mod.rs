@@ -24,6 +24,7 @@ use serde::Serialize;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::hash;
+use crate::region::{Route, Routes};
 use crate::runtime::clock::now_ms;
 use crate::schema::v1::{ClientPlatform, Source};
 use crate::store::edges::{Cas, Edge, EdgeRow};
@@ -57,6 +58,18 @@ pub enum WriteError {
     /// The write may or may not have flipped the edge; the same key settles it.
     #[error("{0}; retry with the same key")]
     RetryWithSameKey(String),
+    /// Another region is the item's home (docs/multi-region.md): this one does not write it.
+    #[error("item {item} is in range {range}, whose home is region {home}; this is region {region}, which does not write it")]
+    NotHome {
+        item: String,
+        range: i32,
+        home: String,
+        region: String,
+    },
+    /// No write of the item may start here now (a range moving here, or a view of the range
+    /// table past its lease); retry shortly.
+    #[error("writes of this item are closed here for now: {0}")]
+    RangeClosed(String),
     /// A dependency (CQL, Kafka) failed; the same key settles it too.
     #[error("a dependency failed: {0}")]
     Dependency(#[from] Error),
@@ -112,6 +125,8 @@ pub struct Writer {
     buckets: u32,
     /// Bounds how long an outbox entry can belong to a request whose CAS is still to land.
     deadline: Duration,
+    /// With `region.name` set: which items this region writes (docs/multi-region.md).
+    routes: Option<Routes>,
 }
 
 impl Writer {
@@ -124,11 +139,24 @@ impl Writer {
         crate::cql::check_clock(&session).await?;
         let store = Arc::new(Stores::prepare(&session, &settings.cql.keyspace).await?);
         store.outbox.init_floors().await?;
+        let routes = match &settings.region.name {
+            Some(region) => {
+                let ranges = crate::store::ranges::Ranges::prepare(
+                    session.clone(),
+                    &settings.cql.keyspace,
+                    settings.cql.replication.class,
+                )
+                .await?;
+                Some(Routes::start(Arc::new(ranges), &settings.region, region).await?)
+            }
+            None => None,
+        };
         let writer = Self {
             store,
             events: Events::connect(settings, topology)?,
             buckets: topology.buckets,
             deadline: settings.api.write_deadline,
+            routes,
         };
         Ok((writer, session))
     }
@@ -151,6 +179,22 @@ impl Writer {
             source,
             platform,
         } = *w;
+        // Only the item's home region writes it, and only on a view of the range table within
+        // its lease; the rest fails closed before anything is written.
+        if let Some(routes) = &self.routes {
+            match routes.route(item) {
+                Route::Here { .. } => {}
+                Route::Elsewhere { range, home } => {
+                    return Err(WriteError::NotHome {
+                        item: item.to_string(),
+                        range,
+                        home,
+                        region: routes.region().to_string(),
+                    })
+                }
+                Route::Closed(why) => return Err(WriteError::RangeClosed(why)),
+            }
+        }
         let now = now_ms();
         let req = Request {
             user,

@@ -1,0 +1,270 @@
+//! `likes region`: the range table's operator commands (docs/multi-region.md).
+//!
+//! - `init --home R`: every range gets a home, once (idempotent; never moves a range).
+//! - `status`: the ranges by home, their epochs, and moves under way.
+//! - `move --to R (--range N... | --from R)`: for each range, the bump (the new home and
+//!   epoch + 1, marked moving, committed in every datacenter), the fence (a wait of
+//!   `region.lease` + `api.write_deadline` + `cql.request_timeout` on this host's monotonic
+//!   clock: no write the old home started on its old view is still running), then the settle
+//!   (the new home may write). Safe to kill and run again: a range marked moving resumes at
+//!   the fence; one already at its new home is skipped.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use scylla::client::session::Session;
+use tracing::info;
+
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::runtime::clock::now_ms;
+use crate::store::ranges::{RangeRow, Ranges};
+
+async fn connect(settings: &Settings) -> Result<(Arc<Session>, Ranges)> {
+    let session = crate::cql::connect(&settings.cql).await?;
+    let ranges = Ranges::prepare(
+        session.clone(),
+        &settings.cql.keyspace,
+        settings.cql.replication.class,
+    )
+    .await?;
+    Ok((session, ranges))
+}
+
+/// What `init` did.
+pub struct InitReport {
+    pub created: usize,
+    pub existing: usize,
+    pub home: String,
+}
+
+impl fmt::Display for InitReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "region init: {} ranges given to {}, {} had a home already (left as they are)",
+            self.created, self.home, self.existing
+        )
+    }
+}
+
+/// Gives every range without a home to `home` at epoch 1.
+pub async fn init(settings: &Settings, home: &str) -> Result<InitReport> {
+    let (_session, ranges) = connect(settings).await?;
+    let have = ranges.all().await?;
+    let n = settings.region.ranges as usize;
+    if !have.is_empty() && have.iter().any(|r| r.range as usize >= n) {
+        return Err(Error::Config(format!(
+            "the range table holds ranges up to {}, and region.ranges is {n}: the count is fixed at the first init",
+            have.iter().map(|r| r.range).max().unwrap_or(0)
+        )));
+    }
+    let (mut created, mut existing) = (0, 0);
+    for range in 0..n as i32 {
+        if ranges.create(range, home).await? {
+            created += 1;
+        } else {
+            existing += 1;
+        }
+    }
+    Ok(InitReport {
+        created,
+        existing,
+        home: home.to_string(),
+    })
+}
+
+/// The table, as `status` prints it.
+pub struct Status {
+    pub rows: Vec<RangeRow>,
+    pub now_ms: i64,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.rows.is_empty() {
+            return write!(
+                f,
+                "no range table yet: `likes region init --home <region>` creates it"
+            );
+        }
+        let mut homes: BTreeMap<&str, Vec<&RangeRow>> = BTreeMap::new();
+        for r in &self.rows {
+            homes.entry(r.home.as_str()).or_default().push(r);
+        }
+        writeln!(f, "{} ranges", self.rows.len())?;
+        for (home, rows) in &homes {
+            let (lo, hi) = (
+                rows.iter().map(|r| r.epoch).min().unwrap_or(0),
+                rows.iter().map(|r| r.epoch).max().unwrap_or(0),
+            );
+            writeln!(
+                f,
+                "  {home}: home of {} ranges (epochs {lo}..={hi})",
+                rows.len()
+            )?;
+        }
+        let moving: Vec<&RangeRow> = self
+            .rows
+            .iter()
+            .filter(|r| r.moving_from.is_some())
+            .collect();
+        if moving.is_empty() {
+            write!(f, "no move under way")
+        } else {
+            writeln!(
+                f,
+                "{} moves under way (neither side writes these ranges until they settle):",
+                moving.len()
+            )?;
+            for r in moving {
+                let age = r
+                    .moved_at
+                    .map(|t| format!("{} s ago", (self.now_ms - t) / 1000))
+                    .unwrap_or_default();
+                writeln!(
+                    f,
+                    "  range {}: {} -> {} at epoch {}, started {age}; `likes region move --range {} --to {}` finishes it",
+                    r.range,
+                    r.moving_from.as_deref().unwrap_or("?"),
+                    r.home,
+                    r.epoch,
+                    r.range,
+                    r.home
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
+
+pub async fn status(settings: &Settings) -> Result<Status> {
+    let (_session, ranges) = connect(settings).await?;
+    Ok(Status {
+        rows: ranges.all().await?,
+        now_ms: now_ms(),
+    })
+}
+
+/// What `move` did.
+pub struct MoveReport {
+    pub moved: Vec<i32>,
+    pub already: Vec<i32>,
+    pub to: String,
+    pub took: Duration,
+}
+
+impl fmt::Display for MoveReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "region move: {} ranges moved to {} in {:.1?}{}",
+            self.moved.len(),
+            self.to,
+            self.took,
+            if self.already.is_empty() {
+                String::new()
+            } else {
+                format!("; {} were there already", self.already.len())
+            }
+        )
+    }
+}
+
+/// Which ranges a move takes.
+pub enum Which {
+    Ranges(Vec<i32>),
+    /// Every range this region is home to.
+    From(String),
+}
+
+/// How long a move waits after its bump before the new home may write.
+pub fn fence(settings: &Settings) -> Duration {
+    settings.region.lease + settings.api.write_deadline + settings.cql.request_timeout
+}
+
+pub async fn r#move(settings: &Settings, which: Which, to: &str) -> Result<MoveReport> {
+    let started = Instant::now();
+    let (_session, ranges) = connect(settings).await?;
+    let rows = ranges.all().await?;
+    if rows.is_empty() {
+        return Err(Error::Config(
+            "no range table yet: `likes region init --home <region>` first".into(),
+        ));
+    }
+    let targets: Vec<i32> = match which {
+        Which::Ranges(r) => r,
+        Which::From(from) => rows
+            .iter()
+            .filter(|r| r.home == from)
+            .map(|r| r.range)
+            .collect(),
+    };
+    // Bump every range first, then one fence for all of them.
+    let (mut bumped, mut already) = (Vec::new(), Vec::new());
+    for &range in &targets {
+        let Some(row) = ranges.one(range).await? else {
+            return Err(Error::Config(format!(
+                "no range {range}: the table holds 0..{}",
+                rows.len()
+            )));
+        };
+        if row.home == to {
+            match row.moving_from {
+                None => already.push(range),
+                // Killed after its bump: resume at the fence.
+                Some(_) => bumped.push((range, row.epoch)),
+            }
+            continue;
+        }
+        if !ranges
+            .bump(range, &row.home, to, row.epoch, now_ms())
+            .await
+            .map_err(unreachable)?
+        {
+            return Err(Error::Raced(format!(
+                "range {range} changed while this move read it (another move?); run `likes region status`, then this again"
+            )));
+        }
+        info!(range, from = %row.home, to, epoch = row.epoch + 1, "range bumped: the old home's writes now fail closed");
+        bumped.push((range, row.epoch + 1));
+    }
+    if !bumped.is_empty() {
+        let wait = fence(settings);
+        info!(ranges = bumped.len(), wait = ?wait, "fence: waiting out the old home's lease and its writes in flight");
+        tokio::time::sleep(wait).await;
+    }
+    let mut moved = Vec::new();
+    for (range, epoch) in bumped {
+        if !ranges.settle(range, to, epoch).await.map_err(unreachable)? {
+            return Err(Error::Raced(format!(
+                "range {range} changed during its move's fence; run `likes region status`"
+            )));
+        }
+        moved.push(range);
+    }
+    Ok(MoveReport {
+        moved,
+        already,
+        to: to.to_string(),
+        took: started.elapsed(),
+    })
+}
+
+/// A bump or settle that cannot reach a quorum in every datacenter is refused, not guessed.
+fn unreachable(e: Error) -> Error {
+    let text = format!("{e:?}");
+    if text.contains("Unavailable")
+        || text.contains("WriteTimeout")
+        || text.contains("CasWriteUnknown")
+    {
+        Error::CqlTransient(format!(
+            "{e}: a move commits in every datacenter, and one did not answer; nothing moved that was \
+             not reported, and running this again resumes it once the region is back"
+        ))
+    } else {
+        e
+    }
+}

@@ -1,0 +1,224 @@
+//! Home regions (docs/multi-region.md): which region writes an item, as this process last read
+//! the range table, and whether that read is still young enough to write by.
+//!
+//! A writer may start a write only while its view is younger than `region.lease`, counted from
+//! when it sent the read, on this host's monotonic clock. A move waits out the lease, the
+//! write deadline and one CQL timeout after its bump commits, so by the time the new home
+//! writes, no write the old home started on its old view is still running. No two hosts'
+//! clocks are compared.
+
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use tracing::warn;
+
+use crate::config::RegionSettings;
+use crate::error::{Error, Result};
+use crate::hash;
+use crate::store::ranges::{RangeRow, Ranges};
+
+/// The range of an item, among `ranges` (the count `likes region init` wrote).
+pub fn range_of(item: &str, ranges: usize) -> i32 {
+    hash::partition_for(item.as_bytes(), ranges as u32) as i32
+}
+
+/// Where this region stands for one item's write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// This region is the home: write, at this epoch.
+    Here { epoch: i64 },
+    /// Another region is the home.
+    Elsewhere { range: i32, home: String },
+    /// No write may start: the view is too old, or the range is moving here.
+    Closed(String),
+}
+
+struct View {
+    sent: Instant,
+    rows: Vec<RangeRow>,
+}
+
+/// This process's view of the range table, read again every `region.refresh`.
+#[derive(Clone)]
+pub struct Routes {
+    region: String,
+    lease: Duration,
+    view: Arc<RwLock<View>>,
+}
+
+impl Routes {
+    /// Reads the table once (a region with no table yet is refused: `likes region init`
+    /// first), then keeps reading it. The reader holds only a weak handle and ends with the
+    /// last clone of these routes.
+    pub async fn start(
+        ranges: Arc<Ranges>,
+        settings: &RegionSettings,
+        region: &str,
+    ) -> Result<Self> {
+        let sent = Instant::now();
+        let rows = checked(ranges.all().await?)?;
+        if !rows.iter().any(|r| r.home == region)
+            && !rows
+                .iter()
+                .any(|r| r.moving_from.as_deref() == Some(region))
+        {
+            warn!(
+                region,
+                "this region is home to no range: every write will be refused here"
+            );
+        }
+        let routes = Self {
+            region: region.to_string(),
+            lease: settings.lease,
+            view: Arc::new(RwLock::new(View { sent, rows })),
+        };
+        tokio::spawn(refresh(
+            Arc::downgrade(&routes.view),
+            ranges,
+            settings.refresh,
+        ));
+        Ok(routes)
+    }
+
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// Where a write of `item` may go, now.
+    pub fn route(&self, item: &str) -> Route {
+        let view = self.view.read().unwrap_or_else(|e| e.into_inner());
+        let age = view.sent.elapsed();
+        if age >= self.lease {
+            return Route::Closed(format!(
+                "this region's view of the range table is {age:.1?} old, past its lease of {:?}: \
+                 the database has not answered the reads since",
+                self.lease
+            ));
+        }
+        let row = &view.rows[range_of(item, view.rows.len()) as usize];
+        if row.home != self.region {
+            return Route::Elsewhere {
+                range: row.range,
+                home: row.home.clone(),
+            };
+        }
+        match &row.moving_from {
+            Some(from) => Route::Closed(format!(
+                "range {} is moving here from {from} (epoch {}); its writes start when the move settles",
+                row.range, row.epoch
+            )),
+            None => Route::Here { epoch: row.epoch },
+        }
+    }
+}
+
+/// The ranges as read, refused unless they are exactly 0..n (a half-written init).
+fn checked(rows: Vec<RangeRow>) -> Result<Vec<RangeRow>> {
+    if rows.is_empty() {
+        return Err(Error::Config(
+            "region.name is set but the range table is empty: run `likes region init --home <region>` first".into(),
+        ));
+    }
+    if rows.iter().enumerate().any(|(i, r)| r.range != i as i32) {
+        return Err(Error::Config(format!(
+            "the range table holds {} ranges that are not 0..{}: run `likes region init` again to finish it",
+            rows.len(),
+            rows.len()
+        )));
+    }
+    Ok(rows)
+}
+
+async fn refresh(view: Weak<RwLock<View>>, ranges: Arc<Ranges>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        if view.strong_count() == 0 {
+            return;
+        }
+        let sent = Instant::now();
+        match ranges.all().await.and_then(checked) {
+            Ok(rows) => {
+                let Some(view) = view.upgrade() else { return };
+                *view.write().unwrap_or_else(|e| e.into_inner()) = View { sent, rows };
+            }
+            // The old view stays until its lease runs out; writes then fail closed.
+            Err(e) => {
+                warn!(error = %e, "reading the range table failed; keeping the last view until its lease ends")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn routes(rows: Vec<RangeRow>, age: Duration) -> Routes {
+        Routes {
+            region: "a".into(),
+            lease: Duration::from_secs(3),
+            view: Arc::new(RwLock::new(View {
+                sent: Instant::now() - age,
+                rows,
+            })),
+        }
+    }
+
+    fn row(range: i32, home: &str, moving_from: Option<&str>) -> RangeRow {
+        RangeRow {
+            range,
+            home: home.into(),
+            epoch: 7,
+            moving_from: moving_from.map(Into::into),
+            moved_at: None,
+        }
+    }
+
+    #[test]
+    fn a_write_goes_home_only_while_the_view_is_within_its_lease() {
+        let item = "item-1";
+        let r = range_of(item, 2);
+        let mut rows = vec![row(0, "b", None), row(1, "b", None)];
+        rows[r as usize] = row(r, "a", None);
+        assert_eq!(
+            routes(rows.clone(), Duration::ZERO).route(item),
+            Route::Here { epoch: 7 }
+        );
+        assert!(matches!(
+            routes(rows.clone(), Duration::from_secs(3)).route(item),
+            Route::Closed(_)
+        ));
+        rows[r as usize] = row(r, "b", None);
+        assert_eq!(
+            routes(rows, Duration::ZERO).route(item),
+            Route::Elsewhere {
+                range: r,
+                home: "b".into()
+            }
+        );
+    }
+
+    #[test]
+    fn neither_side_writes_a_range_while_it_moves() {
+        let rows = vec![row(0, "a", Some("b"))];
+        assert!(
+            matches!(routes(rows, Duration::ZERO).route("x"), Route::Closed(m) if m.contains("moving here from b"))
+        );
+        let mut old = routes(vec![row(0, "a", Some("b"))], Duration::ZERO);
+        old.region = "b".into();
+        assert_eq!(
+            old.route("x"),
+            Route::Elsewhere {
+                range: 0,
+                home: "a".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_half_written_table_is_refused() {
+        assert!(checked(vec![]).is_err());
+        assert!(checked(vec![row(0, "a", None), row(2, "a", None)]).is_err());
+        assert!(checked(vec![row(0, "a", None), row(1, "a", None)]).is_ok());
+    }
+}
