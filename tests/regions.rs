@@ -10,6 +10,8 @@
 
 mod common;
 
+use common::regions::{homed_in_a, region};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,13 +22,6 @@ use scylla::statement::Consistency;
 use scylla::value::CqlValue;
 
 const ROWS: i32 = 300;
-
-fn region(base: &Settings, dc: &str, address: &str) -> Settings {
-    let mut s = base.clone();
-    s.cql.nodes = vec![format!("{address}:9042")];
-    s.cql.local_datacenter = Some(dc.to_string());
-    s
-}
 
 /// Both regions' sessions, on a fresh keyspace replicated once in each datacenter.
 async fn two_regions(base: &str) -> (String, Arc<Session>, Arc<Session>) {
@@ -175,51 +170,7 @@ struct Tried {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the two-datacenter cluster: make test-regions"]
 async fn a_move_fences_the_old_home_before_the_new_one_writes() {
-    let mut base = common::settings("regions_move");
-    base.cql.replication.class = ReplicationClass::NetworkTopologyStrategy;
-    base.cql.replication.datacenters =
-        [("region-a".to_string(), 1), ("region-b".to_string(), 1)].into();
-    base.api.session_key = common::api::KEY.into();
-    base.api.admin_token = common::api::ADMIN.into();
-    // A short fence for a test: lease 1 s + deadline 2 s + one CQL timeout 3 s.
-    base.region.ranges = 4;
-    base.region.lease = Duration::from_secs(1);
-    base.region.refresh = Duration::from_millis(200);
-    base.api.write_deadline = Duration::from_secs(2);
-    base.cql.request_timeout = Duration::from_secs(3);
-    let prefix = base.kafka.topic_prefix.clone();
-    let in_region = |dc: &str, address: &str, letter: &str| {
-        let mut s = region(&base, dc, address);
-        s.region.name = Some(dc.to_string());
-        s.kafka.topic_prefix = format!("{prefix}{letter}.");
-        s
-    };
-    let (a, b) = (
-        in_region("region-a", "127.0.0.2", "a"),
-        in_region("region-b", "127.0.0.3", "b"),
-    );
-    let topology = likes::topology::Topology::load(None).unwrap();
-    let session = likes::cql::connect(&a.cql)
-        .await
-        .expect("region-a (is `make up-regions` up?)");
-    likes::cmd::migrate::run(&session, &a.cql)
-        .await
-        .expect("migrate");
-    for s in [&a, &b] {
-        likes::cmd::topics::run(s, &topology).await.expect("topics");
-    }
-    let init = likes::ops::region::init(&a, "region-a")
-        .await
-        .expect("init");
-    assert_eq!((init.created, init.existing), (4, 0));
-    assert_eq!(
-        likes::ops::region::init(&a, "region-b")
-            .await
-            .expect("init again")
-            .created,
-        0,
-        "init never moves a range"
-    );
+    let (a, b, topology, session) = homed_in_a("regions_move").await;
     let (api_a, api_b) = (
         region_api(&a, &topology).await,
         region_api(&b, &topology).await,

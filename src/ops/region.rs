@@ -188,7 +188,7 @@ pub fn fence(settings: &Settings) -> Duration {
 pub async fn r#move(settings: &Settings, which: Which, to: &str) -> Result<MoveReport> {
     let started = Instant::now();
     let (_session, ranges) = connect(settings).await?;
-    let rows = ranges.all().await?;
+    let rows = ranges.all().await.map_err(unreachable)?;
     if rows.is_empty() {
         return Err(Error::Config(
             "no range table yet: `likes region init --home <region>` first".into(),
@@ -205,7 +205,7 @@ pub async fn r#move(settings: &Settings, which: Which, to: &str) -> Result<MoveR
     // Bump every range first, then one fence for all of them.
     let (mut bumped, mut already) = (Vec::new(), Vec::new());
     for &range in &targets {
-        let Some(row) = ranges.one(range).await? else {
+        let Some(row) = ranges.one(range).await.map_err(unreachable)? else {
             return Err(Error::Config(format!(
                 "no range {range}: the table holds 0..{}",
                 rows.len()
@@ -253,16 +253,23 @@ pub async fn r#move(settings: &Settings, which: Which, to: &str) -> Result<MoveR
     })
 }
 
-/// A bump or settle that cannot reach a quorum in every datacenter is refused, not guessed.
+/// A serial read, bump or settle that cannot reach its quorum (every datacenter's, for a
+/// commit) is refused, not guessed: the same command resumes it.
 fn unreachable(e: Error) -> Error {
     let text = format!("{e:?}");
-    if text.contains("Unavailable")
-        || text.contains("WriteTimeout")
-        || text.contains("CasWriteUnknown")
-    {
+    let quorum_missing = [
+        "Unavailable",
+        "WriteTimeout",
+        "ReadTimeout",
+        "CasWriteUnknown",
+        "RequestTimeout",
+    ];
+    if quorum_missing.iter().any(|k| text.contains(k)) {
+        let e = e.to_string();
         Error::CqlTransient(format!(
-            "{e}: a move commits in every datacenter, and one did not answer; nothing moved that was \
-             not reported, and running this again resumes it once the region is back"
+            "{}: a move commits in every datacenter, and one did not answer; nothing moved that was \
+             not reported, and running this again resumes it once the region is back",
+            e.strip_prefix("cql: ").unwrap_or(&e)
         ))
     } else {
         e

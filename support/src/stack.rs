@@ -30,8 +30,12 @@ pub fn kill9(stack_dir: &Path, name: &str) -> Result<(), String> {
     let pid = pid.trim().to_string();
     let main = match name {
         "kafka" => "kafka.Kafka",
-        "cassandra" => "CassandraDaemon",
-        other => return Err(format!("the stack runs kafka and cassandra, not {other}")),
+        "cassandra" | "cassandra-region-a" | "cassandra-region-b" => "CassandraDaemon",
+        other => {
+            return Err(format!(
+                "the stack runs kafka, cassandra and the regions' cassandra-region-a and -b, not {other}"
+            ))
+        }
     };
     let cmdline = |pid: &str| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     if !String::from_utf8_lossy(&cmdline(&pid)).contains(main) {
@@ -56,13 +60,22 @@ pub fn kill9(stack_dir: &Path, name: &str) -> Result<(), String> {
 
 /// `stack/stack.sh up` (the given script): starts what is down and waits until it serves.
 pub fn up(script: &Path) -> Result<(), String> {
+    run(script, "up")
+}
+
+/// `stack/stack.sh up-regions`: the two-datacenter cluster, what of it is down.
+pub fn up_regions(script: &Path) -> Result<(), String> {
+    run(script, "up-regions")
+}
+
+fn run(script: &Path, verb: &str) -> Result<(), String> {
     let out = std::process::Command::new(script)
-        .arg("up")
+        .arg(verb)
         .output()
         .map_err(|e| format!("{}: {e}", script.display()))?;
     if !out.status.success() {
         return Err(format!(
-            "{} up failed: {}",
+            "{} {verb} failed: {}",
             script.display(),
             String::from_utf8_lossy(&out.stderr)
         ));

@@ -66,5 +66,6 @@ pub fn likes(args: &[&str], env: &[(&'static str, String)]) -> (bool, String, St
 }
 pub mod api;
 pub mod procs;
+pub mod regions;
 pub mod stack;
 pub mod topology;

@@ -1,0 +1,68 @@
+//! The two-datacenter cluster of `make up-regions` (docs/multi-region.md), for the tests that
+//! need it (tests/regions.rs, tests/regions_down.rs).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use likes::config::{ReplicationClass, Settings};
+use scylla::client::session::Session;
+
+pub fn region(base: &Settings, dc: &str, address: &str) -> Settings {
+    let mut s = base.clone();
+    s.cql.nodes = vec![format!("{address}:9042")];
+    s.cql.local_datacenter = Some(dc.to_string());
+    s
+}
+
+/// Both regions' settings on one fresh two-datacenter keyspace with 4 ranges, all homed in
+/// region-a, each region with its own topics; and region-a's session.
+pub async fn homed_in_a(
+    name: &str,
+) -> (Settings, Settings, likes::topology::Topology, Arc<Session>) {
+    let mut base = super::settings(name);
+    base.cql.replication.class = ReplicationClass::NetworkTopologyStrategy;
+    base.cql.replication.datacenters =
+        [("region-a".to_string(), 1), ("region-b".to_string(), 1)].into();
+    base.api.session_key = super::api::KEY.into();
+    base.api.admin_token = super::api::ADMIN.into();
+    // A short fence for a test: lease 1 s + deadline 2 s + one CQL timeout 3 s.
+    base.region.ranges = 4;
+    base.region.lease = Duration::from_secs(1);
+    base.region.refresh = Duration::from_millis(200);
+    base.api.write_deadline = Duration::from_secs(2);
+    base.cql.request_timeout = Duration::from_secs(3);
+    let prefix = base.kafka.topic_prefix.clone();
+    let in_region = |dc: &str, address: &str, letter: &str| {
+        let mut s = region(&base, dc, address);
+        s.region.name = Some(dc.to_string());
+        s.kafka.topic_prefix = format!("{prefix}{letter}.");
+        s
+    };
+    let (a, b) = (
+        in_region("region-a", "127.0.0.2", "a"),
+        in_region("region-b", "127.0.0.3", "b"),
+    );
+    let topology = likes::topology::Topology::load(None).unwrap();
+    let session = likes::cql::connect(&a.cql)
+        .await
+        .expect("region-a (is `make up-regions` up?)");
+    likes::cmd::migrate::run(&session, &a.cql)
+        .await
+        .expect("migrate");
+    for s in [&a, &b] {
+        likes::cmd::topics::run(s, &topology).await.expect("topics");
+    }
+    let init = likes::ops::region::init(&a, "region-a")
+        .await
+        .expect("init");
+    assert_eq!((init.created, init.existing), (4, 0));
+    assert_eq!(
+        likes::ops::region::init(&a, "region-b")
+            .await
+            .expect("init again")
+            .created,
+        0,
+        "init never moves a range"
+    );
+    (a, b, topology, session)
+}
