@@ -48,6 +48,10 @@ pub struct RegionSettings {
     pub lease: Duration,
     /// How many ranges `likes region init` splits the items into (hash of the item id).
     pub ranges: u32,
+    /// Each other region's API, `http://host:port`, where writes of its items are forwarded.
+    /// A region missing here is not forwarded to: its items' writes answer 503 `not_home`.
+    #[serde(default)]
+    pub peers: BTreeMap<String, String>,
 }
 
 /// The operations jobs: erase, drift, reconcile, rebuild.
@@ -278,6 +282,17 @@ impl Settings {
                 "region.lease ({:?}) must exceed region.refresh ({:?}), above zero: a writer would \
                  lose its lease between two reads of the range table",
                 self.region.lease, self.region.refresh
+            ));
+        }
+        if let Some((name, url)) = self
+            .region
+            .peers
+            .iter()
+            .find(|(_, u)| !u.starts_with("http://"))
+        {
+            return bad(format!(
+                "region.peers.{name} = {url:?}: a peer is http://host:port (this build speaks no TLS to \
+                 peers; put the forward through the mesh or a sidecar that does)"
             ));
         }
         if !(1..=4096).contains(&self.region.ranges) {

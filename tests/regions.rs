@@ -146,10 +146,18 @@ async fn region_api(
     settings: &Settings,
     topology: &likes::topology::Topology,
 ) -> common::api::Client {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_on(listener, settings, topology).await
+}
+
+async fn serve_on(
+    listener: tokio::net::TcpListener,
+    settings: &Settings,
+    topology: &likes::topology::Topology,
+) -> common::api::Client {
     let app = likes::api::App::connect(settings, topology)
         .await
         .expect("api");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, likes::api::router(app)).await });
     common::api::Client {
@@ -296,6 +304,159 @@ async fn a_move_fences_the_old_home_before_the_new_one_writes() {
         .expect("status")
         .to_string();
     assert!(status.contains("no move under way"), "{status}");
+    let _ = session
+        .query_unpaged(format!("DROP KEYSPACE {}", a.cql.keyspace), ())
+        .await;
+}
+
+/// A like of a region-a item, sent to region-b: the answer, its status and who answered.
+async fn like_at(
+    api: &common::api::Client,
+    user: &str,
+    item: &str,
+    key: &str,
+    extra: Option<(&str, &str)>,
+) -> (u16, serde_json::Value, String) {
+    let mut req = api
+        .http
+        .post(format!("{}/v1/items/{item}/likes", api.base))
+        .bearer_auth(api.token(user))
+        .header("Idempotency-Key", key);
+    if let Some((k, v)) = extra {
+        req = req.header(k, v);
+    }
+    let r = req.send().await.unwrap();
+    let by = r
+        .headers()
+        .get("x-likes-region")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (
+        r.status().as_u16(),
+        r.json().await.unwrap_or(serde_json::Value::Null),
+        by,
+    )
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the two-datacenter cluster: make test-regions"]
+async fn a_write_at_another_region_is_forwarded_to_the_home_with_its_key() {
+    let (mut a, mut b, topology, session) = homed_in_a("regions_forward").await;
+    let (la, lb) = (
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    );
+    let url = |l: &tokio::net::TcpListener| format!("http://{}", l.local_addr().unwrap());
+    a.region.peers = [("region-b".to_string(), url(&lb))].into();
+    b.region.peers = [("region-a".to_string(), url(&la))].into();
+    let api_a = serve_on(la, &a, &topology).await;
+    let api_b = serve_on(lb, &b, &topology).await;
+
+    // A region-a item liked at region-b: region-a answers, and says so.
+    let item = "forwarded-item";
+    let (st, body, by) = like_at(&api_b, "u1", item, "k1", None).await;
+    assert_eq!(
+        (st, by.as_str(), body["changed"].as_bool()),
+        (200, "region-a", Some(true)),
+        "{body}"
+    );
+    // Its retry, at the home itself, replays the answer: one flip.
+    let (st, again, by) = like_at(&api_a, "u1", item, "k1", None).await;
+    assert_eq!((st, by.as_str()), (200, "region-a"));
+    assert_eq!(
+        again, body,
+        "the retry at the home replays the forwarded request's answer"
+    );
+
+    // The hop: likes of one item sent to its home, and to the other region.
+    let (mut direct, mut forwarded) = (Vec::new(), Vec::new());
+    for i in 0..40 {
+        let t = std::time::Instant::now();
+        assert_eq!(
+            like_at(&api_a, &format!("d{i}"), item, &format!("d{i}"), None)
+                .await
+                .0,
+            200
+        );
+        direct.push(t.elapsed());
+        let t = std::time::Instant::now();
+        assert_eq!(
+            like_at(&api_b, &format!("f{i}"), item, &format!("f{i}"), None)
+                .await
+                .0,
+            200
+        );
+        forwarded.push(t.elapsed());
+    }
+    let (d, f) = (median(direct), median(forwarded));
+    println!("write at the home: median {d:?}; forwarded from the other region: median {f:?} (hop {:?}, loopback)", f.saturating_sub(d));
+
+    // A forwarded request is never forwarded again.
+    let (st, body, by) = like_at(
+        &api_b,
+        "u2",
+        item,
+        "k2",
+        Some(("x-likes-forwarded-by", "region-c")),
+    )
+    .await;
+    assert_eq!(
+        (st, body["error"].as_str(), by.as_str()),
+        (503, Some("not_home"), "region-b"),
+        "{body}"
+    );
+
+    // A region that cannot reach the home fails the write fast and writes nothing.
+    let mut c = b.clone();
+    c.region.peers = [("region-a".to_string(), "http://127.0.0.1:9".to_string())].into();
+    let api_c = region_api(&c, &topology).await;
+    let t = std::time::Instant::now();
+    let (st, body, _) = like_at(&api_c, "u3", item, "k3", None).await;
+    println!("home unreachable: {st} after {:?}", t.elapsed());
+    assert_eq!(
+        (st, body["error"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
+    assert!(
+        body["message"].as_str().unwrap().contains("did not answer"),
+        "{body}"
+    );
+    let (st, liked) = api_a.get("u3", &format!("/v1/items/{item}/likes/u3")).await;
+    assert_eq!(
+        (st.as_u16(), liked["liked"].as_bool()),
+        (200, Some(false)),
+        "nothing was written: {liked}"
+    );
+
+    // After a move the other way round, region-a forwards to region-b.
+    let range = likes::region::range_of(item, 4);
+    likes::ops::region::r#move(
+        &a,
+        likes::ops::region::Which::Ranges(vec![range]),
+        "region-b",
+    )
+    .await
+    .expect("move");
+    tokio::time::sleep(a.region.refresh * 3).await;
+    let (st, body, by) = like_at(&api_a, "u4", item, "k4", None).await;
+    assert_eq!(
+        (st, by.as_str(), body["changed"].as_bool()),
+        (200, "region-b", Some(true)),
+        "{body}"
+    );
+    // The first like's key, retried at the old home after the move, still replays.
+    let (st, replay, by) = like_at(&api_a, "u1", item, "k1", None).await;
+    assert_eq!((st, by.as_str()), (200, "region-b"));
+    assert_eq!(
+        replay, again,
+        "a retry after the move replays, wherever it lands"
+    );
     let _ = session
         .query_unpaged(format!("DROP KEYSPACE {}", a.cql.keyspace), ())
         .await;

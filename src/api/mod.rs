@@ -11,6 +11,7 @@ pub mod admin;
 pub mod admission;
 pub mod auth;
 pub mod error;
+pub mod forward;
 pub mod observe;
 pub mod read;
 pub mod write;
@@ -47,6 +48,8 @@ pub struct App {
     pub events: Events,
     pub writer: Writer,
     pub signer: auth::Signer,
+    /// With `region.name` set: where writes of other regions' items go.
+    pub forwarder: Option<forward::Forwarder>,
 }
 
 impl App {
@@ -62,6 +65,7 @@ impl App {
             writer,
             session,
             signer,
+            forwarder: forward::Forwarder::new(settings),
         }))
     }
 }
@@ -103,9 +107,29 @@ pub fn router(app: Arc<App>) -> Router {
             }),
         )
         .fallback(|| async { ApiError::NotFound("no such endpoint (see the API document)".into()) })
+        .layer(axum::middleware::map_response(name_region(&app)))
         .layer(axum::middleware::from_fn(observe::record))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(app)
+}
+
+/// With `region.name` set, every answer names the region that gave it (`X-Likes-Region`);
+/// a forwarded answer keeps the home's.
+fn name_region(
+    app: &App,
+) -> impl Fn(axum::response::Response) -> std::future::Ready<axum::response::Response> + Clone {
+    let region = app
+        .forwarder
+        .as_ref()
+        .and_then(|f| axum::http::HeaderValue::from_str(f.region()).ok());
+    move |mut r: axum::response::Response| {
+        if let Some(v) = &region {
+            r.headers_mut()
+                .entry(forward::ANSWERED_BY)
+                .or_insert(v.clone());
+        }
+        std::future::ready(r)
+    }
 }
 
 /// Ready only when CQL and Kafka both answer.

@@ -5,23 +5,25 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::{HeaderMap, Method};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::error::ApiError;
 use super::{check_id, Actor, App};
 use crate::schema::v1::ClientPlatform;
-use crate::write::{Write, WriteAnswer};
+use crate::write::{Write, WriteError};
 
 /// `POST /v1/items/{itemId}/likes`: the session's user likes the item.
 pub async fn like(
     State(app): State<Arc<App>>,
     Actor(user): Actor,
     Path(item): Path<String>,
+    uri: OriginalUri,
     headers: HeaderMap,
     body: std::result::Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> std::result::Result<Json<WriteAnswer>, ApiError> {
+) -> std::result::Result<Response, ApiError> {
     check_id("itemId", &item)?;
     let body = body.map_err(|e| match e.status() {
         axum::http::StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
@@ -37,7 +39,7 @@ pub async fn like(
         platform,
         ..Write::by_user(&user, &item, true, &key)
     };
-    Ok(Json(app.writer.write(&write).await?))
+    answer(&app, &write, Method::POST, &uri, &headers).await
 }
 
 /// `DELETE /v1/items/{itemId}/likes/{userId}`: the session's user unlikes the item.
@@ -45,8 +47,9 @@ pub async fn unlike(
     State(app): State<Arc<App>>,
     Actor(actor): Actor,
     Path((item, user)): Path<(String, String)>,
+    uri: OriginalUri,
     headers: HeaderMap,
-) -> std::result::Result<Json<WriteAnswer>, ApiError> {
+) -> std::result::Result<Response, ApiError> {
     check_id("itemId", &item)?;
     check_id("userId", &user)?;
     if user != actor {
@@ -60,7 +63,46 @@ pub async fn unlike(
         platform,
         ..Write::by_user(&user, &item, false, &key)
     };
-    Ok(Json(app.writer.write(&write).await?))
+    answer(&app, &write, Method::DELETE, &uri, &headers).await
+}
+
+/// The write's answer here, or, for an item homed in another region, that region's answer
+/// to the same request (api/forward.rs).
+async fn answer(
+    app: &App,
+    write: &Write<'_>,
+    method: Method,
+    uri: &OriginalUri,
+    headers: &HeaderMap,
+) -> std::result::Result<Response, ApiError> {
+    match app.writer.write(write).await {
+        Ok(answer) => Ok(Json(answer).into_response()),
+        Err(WriteError::NotHome {
+            home,
+            item,
+            range,
+            region,
+        }) => {
+            let refusal = ApiError::from(WriteError::NotHome {
+                home: home.clone(),
+                item,
+                range,
+                region,
+            });
+            match &app.forwarder {
+                Some(f) => {
+                    let path = uri
+                        .0
+                        .path_and_query()
+                        .map(|p| p.as_str())
+                        .unwrap_or(uri.0.path());
+                    f.forward(&home, method, path, headers, refusal).await
+                }
+                None => Err(refusal),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The write body is empty or `{}`; anything else is refused, not ignored.
