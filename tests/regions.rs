@@ -457,6 +457,15 @@ async fn a_write_at_another_region_is_forwarded_to_the_home_with_its_key() {
         replay, again,
         "a retry after the move replays, wherever it lands"
     );
+    // Reads are local, and say which region answered.
+    for (api, name) in [(&api_a, "region-a"), (&api_b, "region-b")] {
+        let (st, c) = api.get("u1", &format!("/v1/items/{item}/count")).await;
+        assert_eq!(
+            (st.as_u16(), c["region"].as_str()),
+            (200, Some(name)),
+            "{c}"
+        );
+    }
     let _ = session
         .query_unpaged(format!("DROP KEYSPACE {}", a.cql.keyspace), ())
         .await;

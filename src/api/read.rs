@@ -20,6 +20,11 @@ pub struct CountAnswer {
     /// End of the last window applied (RFC 3339, UTC); null before the item's first window,
     /// when the count is 0 because nothing has been counted yet.
     pub as_of: Option<String>,
+    /// With `region.name` set: the region that answered, from its own datacenter's copy
+    /// (docs/multi-region.md): in a region that is not the item's home, `asOf` also covers
+    /// the replication from the home.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
 }
 
 /// `GET /v1/items/{itemId}/count`.
@@ -39,6 +44,7 @@ pub async fn count(
             )
             .to_string()
         }),
+        region: app.settings.region.name.clone(),
     }))
 }
 
