@@ -37,6 +37,19 @@ def pod_spec(doc):
     return None
 
 
+def overlay_images(kustomization):
+    """The overlay's `images:` for likes, or its parent overlay's (a region overlay is prod's)."""
+    k = yaml.safe_load(kustomization.read_text())
+    named = [i for i in k.get("images", []) if i["name"] == "likes"]
+    if named:
+        return named
+    for r in k.get("resources", []):
+        parent = (kustomization.parent / r / "kustomization.yaml").resolve()
+        if parent.parent.parent.name == "overlays" and parent.exists():
+            return overlay_images(parent)
+    return []
+
+
 def check(path):
     problems = []
     docs = [d for d in yaml.safe_load_all(open(path)) if d]
@@ -48,7 +61,7 @@ def check(path):
     # the base's once, renames it first and the overlay's then matches nothing).
     overlay = ROOT / "k8s" / "overlays" / path.stem / "kustomization.yaml"
     if overlay.exists():
-        named = [i for i in yaml.safe_load(overlay.read_text()).get("images", []) if i["name"] == "likes"]
+        named = overlay_images(overlay)
         if not named:
             fail("the overlay names no image for `likes`")
         else:
@@ -58,6 +71,25 @@ def check(path):
                 for c in (spec or {}).get("containers", []):
                     if c["image"] != want:
                         fail(f"{d['kind']}/{d['metadata']['name']}/{c['name']}: runs {c['image']}, the overlay names {want}")
+
+    # With home regions, the API forwards writes to the other regions' APIs: a default-deny
+    # egress must let it reach their ports, or every forward is dropped.
+    env = next((d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"
+                and d["metadata"]["name"].startswith("likes-env")), {})
+    peers = env.get("LIKES__REGION__PEERS")
+    if peers:
+        ports = {int(m) for m in re.findall(r"https?://[^\"/]+:(\d+)", peers)}
+        egress = [d for d in docs if d["kind"] == "NetworkPolicy" and "Egress" in d["spec"].get("policyTypes", [])]
+        api_labels = {"app.kubernetes.io/name": "likes-api", "app.kubernetes.io/part-of": "likes"}
+        for port in ports:
+            let_out = any(
+                all(api_labels.get(k) == v for k, v in p["spec"]["podSelector"].get("matchLabels", {}).items())
+                and any(not rule.get("ports") or any(x.get("port") == port for x in rule["ports"])
+                        for rule in p["spec"].get("egress", []))
+                for p in egress)
+            if egress and not let_out:
+                fail(f"likes-api forwards to region peers on port {port} (LIKES__REGION__PEERS), "
+                     "and no NetworkPolicy lets it out")
 
     for stage, topic in (("likes-dedupe", "events"), ("likes-count", "deltas")):
         sts = by.get(("StatefulSet", stage))

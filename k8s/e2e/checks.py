@@ -167,6 +167,8 @@ CLAIMS = {
     "likes-metrics-ingress": EVERY,
     "likes-egress": EVERY,
     "likes-ingress": EVERY,
+    # The region overlays: the API forwards writes of the other region's items.
+    "likes-api-forward-egress": {"likes-api"},
 }
 
 
