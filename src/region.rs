@@ -67,6 +67,7 @@ impl Routes {
                 "this region is home to no range: every write will be refused here"
             );
         }
+        publish(&rows);
         let routes = Self {
             region: region.to_string(),
             lease: settings.lease,
@@ -112,6 +113,27 @@ impl Routes {
     }
 }
 
+/// The move gauges, from each read of the table: how many ranges are moving and how long
+/// the oldest move has been under way. A move that stays between its bump and its settle is
+/// `LikesRegionMoveStuck` (k8s/components/monitoring/prometheusrule.yaml).
+fn publish(rows: &[RangeRow]) {
+    let moving: Vec<&RangeRow> = rows.iter().filter(|r| r.moving_from.is_some()).collect();
+    metrics::gauge!("likes_region_ranges_moving").set(moving.len() as f64);
+    let now = crate::runtime::clock::now_ms();
+    let oldest = moving
+        .iter()
+        .filter_map(|r| r.moved_at)
+        .map(|t| (now - t).max(0))
+        .max()
+        .unwrap_or(0);
+    metrics::gauge!("likes_region_move_oldest_seconds").set(oldest as f64 / 1000.0);
+}
+
+/// Both move gauges at zero, for a process with no region (so every process exports them).
+pub fn publish_none() {
+    publish(&[]);
+}
+
 /// The ranges as read, refused unless they are exactly 0..n (a half-written init).
 fn checked(rows: Vec<RangeRow>) -> Result<Vec<RangeRow>> {
     if rows.is_empty() {
@@ -138,6 +160,7 @@ async fn refresh(view: Weak<RwLock<View>>, ranges: Arc<Ranges>, every: Duration)
         let sent = Instant::now();
         match ranges.all().await.and_then(checked) {
             Ok(rows) => {
+                publish(&rows);
                 let Some(view) = view.upgrade() else { return };
                 *view.write().unwrap_or_else(|e| e.into_inner()) = View { sent, rows };
             }

@@ -149,8 +149,15 @@ impl Writer {
                 .await?;
                 Some(Routes::start(Arc::new(ranges), &settings.region, region).await?)
             }
-            None => None,
+            None => {
+                crate::region::publish_none();
+                None
+            }
         };
+        // A refusal's series exist from the start, so a rule's increase() sees the first one.
+        for reason in ["not_home", "range_closed"] {
+            metrics::counter!("likes_api_writes_refused_total", "reason" => reason).increment(0);
+        }
         let writer = Self {
             store,
             events: Events::connect(settings, topology)?,
@@ -185,14 +192,20 @@ impl Writer {
             match routes.route(item) {
                 Route::Here { .. } => {}
                 Route::Elsewhere { range, home } => {
+                    metrics::counter!("likes_api_writes_refused_total", "reason" => "not_home")
+                        .increment(1);
                     return Err(WriteError::NotHome {
                         item: item.to_string(),
                         range,
                         home,
                         region: routes.region().to_string(),
-                    })
+                    });
                 }
-                Route::Closed(why) => return Err(WriteError::RangeClosed(why)),
+                Route::Closed(why) => {
+                    metrics::counter!("likes_api_writes_refused_total", "reason" => "range_closed")
+                        .increment(1);
+                    return Err(WriteError::RangeClosed(why));
+                }
             }
         }
         let now = now_ms();
