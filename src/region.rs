@@ -56,7 +56,8 @@ impl Routes {
         region: &str,
     ) -> Result<Self> {
         let sent = Instant::now();
-        let rows = checked(ranges.all().await?)?;
+        let expected = settings.ranges as usize;
+        let rows = checked(ranges.all().await?, expected)?;
         if !rows.iter().any(|r| r.home == region)
             && !rows
                 .iter()
@@ -77,6 +78,7 @@ impl Routes {
             Arc::downgrade(&routes.view),
             ranges,
             settings.refresh,
+            expected,
         ));
         Ok(routes)
     }
@@ -134,31 +136,32 @@ pub fn publish_none() {
     publish(&[]);
 }
 
-/// The ranges as read, refused unless they are exactly 0..n (a half-written init).
-fn checked(rows: Vec<RangeRow>) -> Result<Vec<RangeRow>> {
+/// The ranges as read, refused unless they are exactly 0..n with n this process's
+/// `region.ranges` (a half-written init, or a writer configured for another split).
+fn checked(rows: Vec<RangeRow>, n: usize) -> Result<Vec<RangeRow>> {
     if rows.is_empty() {
         return Err(Error::Config(
             "region.name is set but the range table is empty: run `likes region init --home <region>` first".into(),
         ));
     }
-    if rows.iter().enumerate().any(|(i, r)| r.range != i as i32) {
+    if rows.len() != n || rows.iter().enumerate().any(|(i, r)| r.range != i as i32) {
         return Err(Error::Config(format!(
-            "the range table holds {} ranges that are not 0..{}: run `likes region init` again to finish it",
-            rows.len(),
+            "the range table holds {} ranges, and this process expects 0..{n} (region.ranges): \
+             run `likes region init` again to finish it, or set region.ranges to the table's count",
             rows.len()
         )));
     }
     Ok(rows)
 }
 
-async fn refresh(view: Weak<RwLock<View>>, ranges: Arc<Ranges>, every: Duration) {
+async fn refresh(view: Weak<RwLock<View>>, ranges: Arc<Ranges>, every: Duration, n: usize) {
     loop {
         tokio::time::sleep(every).await;
         if view.strong_count() == 0 {
             return;
         }
         let sent = Instant::now();
-        match ranges.all().await.and_then(checked) {
+        match ranges.all().await.and_then(|rows| checked(rows, n)) {
             Ok(rows) => {
                 publish(&rows);
                 let Some(view) = view.upgrade() else { return };
@@ -240,8 +243,9 @@ mod tests {
 
     #[test]
     fn a_half_written_table_is_refused() {
-        assert!(checked(vec![]).is_err());
-        assert!(checked(vec![row(0, "a", None), row(2, "a", None)]).is_err());
-        assert!(checked(vec![row(0, "a", None), row(1, "a", None)]).is_ok());
+        assert!(checked(vec![], 2).is_err());
+        assert!(checked(vec![row(0, "a", None), row(2, "a", None)], 2).is_err());
+        assert!(checked(vec![row(0, "a", None)], 2).is_err(), "half an init");
+        assert!(checked(vec![row(0, "a", None), row(1, "a", None)], 2).is_ok());
     }
 }

@@ -17,9 +17,13 @@ impl Drop for RegionsUpOnDrop {
     }
 }
 
+/// The tests here take region-b down or set a process-wide fail point: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the two-datacenter cluster: make test-regions"]
 async fn a_move_to_a_region_that_is_down_refuses_and_resumes_when_it_is_back() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let (a, _b, _topology, session) = homed_in_a("regions_down").await;
     let item = "item-of-a-region-down";
     let range = likes::region::range_of(item, 4);
@@ -57,12 +61,11 @@ async fn a_move_to_a_region_that_is_down_refuses_and_resumes_when_it_is_back() {
     )
     .await
     .unwrap();
-    let mut local = ranges.all().await.unwrap();
-    let row = local.remove(range as usize);
-    // The bump may have reached region-a's replica alone (a proposal not yet chosen): either
-    // way no region writes the range as its home but region-a, until the move finishes.
-    assert!(
-        row.home == "region-a" || row.moving_from.as_deref() == Some("region-a"),
+    // Its serial read needs both datacenters, so it stopped before any bump: unchanged.
+    let row = ranges.all().await.unwrap().remove(range as usize);
+    assert_eq!(
+        (row.home.as_str(), row.moving_from.as_deref(), row.epoch),
+        ("region-a", None, 1),
         "{row:?}"
     );
 
@@ -88,6 +91,68 @@ async fn a_move_to_a_region_that_is_down_refuses_and_resumes_when_it_is_back() {
         (row.home.as_str(), row.moving_from, row.epoch),
         ("region-b", None, 2),
         "one bump, once"
+    );
+    let _ = session
+        .query_unpaged(format!("DROP KEYSPACE {}", a.cql.keyspace), ())
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the two-datacenter cluster: make test-regions"]
+async fn a_move_killed_between_its_bump_and_its_settle_resumes_at_the_fence() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (a, _b, _topology, session) = homed_in_a("regions_resume").await;
+    // Range 0 is bumped; the move dies right after bumping range 1, as a kill there would.
+    fail::cfg("region-move-after-bump", "1*off->1*return").unwrap();
+    let from_a = || likes::ops::region::Which::From("region-a".into());
+    let stopped = likes::ops::region::r#move(&a, from_a(), "region-b").await;
+    fail::remove("region-move-after-bump");
+    let err = stopped.err().expect("the fail point stops the move");
+    println!("stopped: {err}");
+    let status = likes::ops::region::status(&a).await.unwrap();
+    let moving: Vec<_> = status
+        .rows
+        .iter()
+        .filter(|r| r.moving_from.is_some())
+        .map(|r| r.range)
+        .collect();
+    let at_b: Vec<_> = status
+        .rows
+        .iter()
+        .filter(|r| r.home == "region-b")
+        .map(|r| r.range)
+        .collect();
+    // Range 0 was fenced and settled before the move returned its error; range 1 is left
+    // between its bump and its settle, as a kill leaves it.
+    assert_eq!((moving, at_b), (vec![1], vec![0, 1]), "{status}");
+    assert!(
+        status.to_string().contains("range 1: region-a -> region-b"),
+        "{status}"
+    );
+
+    // The same command run again resumes range 1 (the whole fence again, then the settle)
+    // and moves the rest.
+    let t = std::time::Instant::now();
+    let report = likes::ops::region::r#move(&a, from_a(), "region-b")
+        .await
+        .expect("the move run again");
+    println!("resumed: {report}");
+    assert!(
+        t.elapsed() >= likes::ops::region::fence(&a),
+        "a resumed range waits the whole fence again"
+    );
+    assert_eq!(report.moved, vec![1, 2, 3], "{report}");
+    let after = likes::ops::region::status(&a).await.unwrap();
+    assert!(
+        after
+            .rows
+            .iter()
+            .all(|r| r.home == "region-b" && r.moving_from.is_none()),
+        "{after}"
+    );
+    assert!(
+        after.rows.iter().all(|r| r.epoch == 2),
+        "one bump per range, resumed or not: {after}"
     );
     let _ = session
         .query_unpaged(format!("DROP KEYSPACE {}", a.cql.keyspace), ())

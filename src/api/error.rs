@@ -26,8 +26,8 @@ pub enum ApiError {
     RateLimited,
     /// 503: writes over the in-flight bound.
     Overloaded,
-    /// 503: another region is the item's home (docs/multi-region.md); forwarding is not
-    /// built yet, so the client retries at the home.
+    /// 503: another region is the item's home (docs/multi-region.md) and the write was not
+    /// forwarded there (no peer for it, or it was forwarded already).
     NotHome(String),
 }
 

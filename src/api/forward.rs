@@ -38,13 +38,20 @@ impl Forwarder {
     pub fn new(settings: &Settings) -> Option<Self> {
         let region = settings.region.name.clone()?;
         Some(Self {
+            // A redirect would turn the POST or DELETE into a GET: the home's answer is
+            // passed back as it is instead.
             http: reqwest::Client::builder()
                 .pool_idle_timeout(Duration::from_secs(60))
+                .connect_timeout(Duration::from_secs(1))
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .ok()?,
             region,
             peers: settings.region.peers.clone(),
-            deadline: settings.api.write_deadline,
+            // The home's own deadline, and the CQL timeout its compare-and-set may take
+            // beyond it: a forward given up sooner would say "did not answer" about a write
+            // the home made.
+            deadline: settings.api.write_deadline + settings.cql.request_timeout,
         })
     }
 
@@ -110,7 +117,8 @@ impl Forwarder {
                 metrics::counter!("likes_api_forwards_total", "home" => home.to_string(), "outcome" => "unreachable").increment(1);
                 Err(ApiError::Unavailable(format!(
                     "the item's home region {home} did not answer the forwarded write ({e}); \
-                     this region does not write it: retry with the same Idempotency-Key"
+                     this region does not write it, and the home may have: retry with the same \
+                     Idempotency-Key, which replays the home's answer if it did"
                 )))
             }
         }

@@ -52,10 +52,19 @@ impl fmt::Display for InitReport {
 
 /// Gives every range without a home to `home` at epoch 1.
 pub async fn init(settings: &Settings, home: &str) -> Result<InitReport> {
-    let (_session, ranges) = connect(settings).await?;
-    let have = ranges.all().await?;
+    let (session, ranges) = connect(settings).await?;
+    let ks = &settings.cql.keyspace;
     let n = settings.region.ranges as usize;
-    if !have.is_empty() && have.iter().any(|r| r.range as usize >= n) {
+    if let Some(recorded) = crate::store::recorded::region_ranges(&session, ks).await? {
+        if recorded as usize != n {
+            return Err(Error::Config(format!(
+                "the items were split into {recorded} ranges at the first init, and region.ranges is {n}: \
+                 the count is fixed (another would move every item without a fence)"
+            )));
+        }
+    }
+    let have = ranges.all().await?;
+    if have.iter().any(|r| r.range as usize >= n) {
         return Err(Error::Config(format!(
             "the range table holds ranges up to {}, and region.ranges is {n}: the count is fixed at the first init",
             have.iter().map(|r| r.range).max().unwrap_or(0)
@@ -69,6 +78,7 @@ pub async fn init(settings: &Settings, home: &str) -> Result<InitReport> {
             existing += 1;
         }
     }
+    crate::store::recorded::record_region_ranges(&session, ks, n as i64).await?;
     Ok(InitReport {
         created,
         existing,
@@ -196,40 +206,33 @@ pub async fn r#move(settings: &Settings, which: Which, to: &str) -> Result<MoveR
     }
     let targets: Vec<i32> = match which {
         Which::Ranges(r) => r,
+        // Its ranges, and those a killed run of this move bumped and left unsettled.
         Which::From(from) => rows
             .iter()
-            .filter(|r| r.home == from)
+            .filter(|r| {
+                r.home == from || (r.home == to && r.moving_from.as_deref() == Some(from.as_str()))
+            })
             .map(|r| r.range)
             .collect(),
     };
-    // Bump every range first, then one fence for all of them.
-    let (mut bumped, mut already) = (Vec::new(), Vec::new());
+    if let Some(bad) = targets.iter().find(|&&r| r < 0 || r as usize >= rows.len()) {
+        return Err(Error::Config(format!(
+            "no range {bad}: the table holds 0..{}",
+            rows.len()
+        )));
+    }
+    // Bump every range first, then one fence for all of them. A failure part way still
+    // fences and settles what was bumped, so no range is left closed to both sides.
+    let (mut bumped, mut already, mut failed) = (Vec::new(), Vec::new(), None);
     for &range in &targets {
-        let Some(row) = ranges.one(range).await.map_err(unreachable)? else {
-            return Err(Error::Config(format!(
-                "no range {range}: the table holds 0..{}",
-                rows.len()
-            )));
-        };
-        if row.home == to {
-            match row.moving_from {
-                None => already.push(range),
-                // Killed after its bump: resume at the fence.
-                Some(_) => bumped.push((range, row.epoch)),
+        match bump_one(&ranges, range, to).await {
+            Ok(Bumped::Already) => already.push(range),
+            Ok(Bumped::At(epoch)) => bumped.push((range, epoch)),
+            Err(e) => {
+                failed = Some(e);
+                break;
             }
-            continue;
         }
-        if !ranges
-            .bump(range, &row.home, to, row.epoch, now_ms())
-            .await
-            .map_err(unreachable)?
-        {
-            return Err(Error::Raced(format!(
-                "range {range} changed while this move read it (another move?); run `likes region status`, then this again"
-            )));
-        }
-        info!(range, from = %row.home, to, epoch = row.epoch + 1, "range bumped: the old home's writes now fail closed");
-        bumped.push((range, row.epoch + 1));
     }
     if !bumped.is_empty() {
         let wait = fence(settings);
@@ -245,12 +248,68 @@ pub async fn r#move(settings: &Settings, which: Which, to: &str) -> Result<MoveR
         }
         moved.push(range);
     }
+    if let Some(e) = failed {
+        tracing::warn!(settled = ?moved, "the move stopped part way; the ranges it had bumped are settled");
+        return Err(e);
+    }
     Ok(MoveReport {
         moved,
         already,
         to: to.to_string(),
         took: started.elapsed(),
     })
+}
+
+enum Bumped {
+    Already,
+    At(i64),
+}
+
+/// One range's bump, or where a killed run of the same move left it.
+async fn bump_one(ranges: &Ranges, range: i32, to: &str) -> Result<Bumped> {
+    let Some(row) = ranges.one(range).await.map_err(unreachable)? else {
+        return Err(Error::Config(format!("no range {range}")));
+    };
+    if row.home == to {
+        return match row.moving_from {
+            None => Ok(Bumped::Already),
+            // Killed after its bump: commit it in every datacenter again (the SERIAL read
+            // that found it may have finished it at a plain quorum), then the fence.
+            Some(from) => {
+                if !ranges
+                    .reassert(range, to, row.epoch, &from)
+                    .await
+                    .map_err(unreachable)?
+                {
+                    return Err(Error::Raced(format!(
+                        "range {range} changed while this move resumed it"
+                    )));
+                }
+                Ok(Bumped::At(row.epoch))
+            }
+        };
+    }
+    if let Some(from) = &row.moving_from {
+        return Err(Error::Refused(format!(
+            "range {range} is moving from {from} to {}: finish that move first (`likes region move --range {range} --to {}`)",
+            row.home, row.home
+        )));
+    }
+    if !ranges
+        .bump(range, &row.home, to, row.epoch, now_ms())
+        .await
+        .map_err(unreachable)?
+    {
+        return Err(Error::Raced(format!(
+            "range {range} changed while this move read it (another move?); run `likes region status`, then this again"
+        )));
+    }
+    info!(range, from = %row.home, to, epoch = row.epoch + 1, "range bumped: the old home's writes now fail closed");
+    // A move killed between its bump and its settle (tests/regions_down.rs resumes one).
+    fail::fail_point!("region-move-after-bump", |_| Err(Error::CqlTransient(
+        "injected: the move stopped right after a bump".into()
+    )));
+    Ok(Bumped::At(row.epoch + 1))
 }
 
 /// A serial read, bump or settle that cannot reach its quorum (every datacenter's, for a

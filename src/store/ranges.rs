@@ -34,6 +34,7 @@ pub struct Ranges {
     one: PreparedStatement,
     create: PreparedStatement,
     bump: PreparedStatement,
+    reassert: PreparedStatement,
     settle: PreparedStatement,
 }
 
@@ -81,6 +82,13 @@ impl Ranges {
             ),
         )
         .await?);
+        let reassert = cas(prepare(
+            &session,
+            format!(
+                "UPDATE {ks}.ranges SET moving_from = ? WHERE range = ? IF home = ? AND epoch = ?"
+            ),
+        )
+        .await?);
         let settle = cas(prepare(
             &session,
             format!("UPDATE {ks}.ranges SET moving_from = null WHERE range = ? IF home = ? AND epoch = ?"),
@@ -92,6 +100,7 @@ impl Ranges {
             one,
             create,
             bump,
+            reassert,
             settle,
         })
     }
@@ -155,6 +164,16 @@ impl Ranges {
                     epoch,
                 ),
             )
+            .await?;
+        Ok(not_applied(r)?.is_none())
+    }
+
+    /// A resumed move's bump, written again with the commit in every datacenter: the serial
+    /// read that found it may have finished it at a plain quorum. Returns whether it applied.
+    pub async fn reassert(&self, range: i32, home: &str, epoch: i64, from: &str) -> Result<bool> {
+        let r = self
+            .session
+            .execute_unpaged(&self.reassert, (from, range, home, epoch))
             .await?;
         Ok(not_applied(r)?.is_none())
     }

@@ -27,6 +27,26 @@ const WINDOW_SINCE: &str = "window_ms@";
 /// windows onto rows the rebuild is about to overwrite, or ahead of the fence it sets).
 const REBUILDING: &str = "rebuild_started_ms";
 
+/// How many ranges `likes region init` split the items into, once it has written them all
+/// (docs/multi-region.md): the count is fixed from then on, since another count would move
+/// every item to another range without a fence.
+const REGION_RANGES: &str = "region_ranges";
+
+pub async fn record_region_ranges(session: &Session, ks: &str, n: i64) -> Result<()> {
+    put(session, ks, REGION_RANGES, n).await
+}
+
+pub async fn region_ranges(session: &Session, ks: &str) -> Result<Option<i64>> {
+    let rows = session
+        .query_unpaged(
+            format!("SELECT value FROM {ks}.topology_record WHERE name = ?"),
+            (REGION_RANGES,),
+        )
+        .await?
+        .into_rows_result()?;
+    Ok(rows.maybe_first_row::<(Option<i64>,)>()?.and_then(|r| r.0))
+}
+
 /// Records that a rebuild starts (keeps an earlier, unfinished one's record).
 pub async fn mark_rebuilding(session: &Session, ks: &str, now_ms: i64) -> Result<()> {
     put(session, ks, REBUILDING, now_ms).await

@@ -139,17 +139,24 @@ impl Writer {
         crate::cql::check_clock(&session).await?;
         let store = Arc::new(Stores::prepare(&session, &settings.cql.keyspace).await?);
         store.outbox.init_floors().await?;
+        let ranges = crate::store::ranges::Ranges::prepare(
+            session.clone(),
+            &settings.cql.keyspace,
+            settings.cql.replication.class,
+        )
+        .await?;
         let routes = match &settings.region.name {
-            Some(region) => {
-                let ranges = crate::store::ranges::Ranges::prepare(
-                    session.clone(),
-                    &settings.cql.keyspace,
-                    settings.cql.replication.class,
-                )
-                .await?;
-                Some(Routes::start(Arc::new(ranges), &settings.region, region).await?)
-            }
+            Some(region) => Some(Routes::start(Arc::new(ranges), &settings.region, region).await?),
             None => {
+                // A keyspace with home regions is written only by writers that know theirs:
+                // one without would write every item, its home or not.
+                if !ranges.all().await?.is_empty() {
+                    return Err(Error::Config(
+                        "this keyspace has home regions (`likes region init` ran): set region.name \
+                         to this process's region"
+                            .into(),
+                    ));
+                }
                 crate::region::publish_none();
                 None
             }
