@@ -441,8 +441,12 @@ async fn drift_and_reconcile_under_live_writes() {
         1,
         "only the item not sent before: {again}"
     );
+    // Sent, and applied or refused by the correction fence: the stopped run's correction
+    // may still be on its way to stage 2 at the rerun's cut, so the rerun can send that
+    // item's again, and the fence refuses the second (seen once in three full `make test`
+    // runs on this 2-core box). Exactness is what the drift run below checks.
     assert!(
-        again.corrections.iter().all(|c| c.applied == Some(true)),
+        again.corrections.iter().all(|c| c.applied.is_some()),
         "{again}"
     );
     let after = drift::run(&p, &Scope::All).await.unwrap();
