@@ -35,24 +35,27 @@ pub struct Forwarder {
 
 impl Forwarder {
     /// With `region.name` set; `region.peers` names where each other region's API is.
-    pub fn new(settings: &Settings) -> Option<Self> {
-        let region = settings.region.name.clone()?;
-        Some(Self {
-            // A redirect would turn the POST or DELETE into a GET: the home's answer is
-            // passed back as it is instead.
-            http: reqwest::Client::builder()
-                .pool_idle_timeout(Duration::from_secs(60))
-                .connect_timeout(Duration::from_secs(1))
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .ok()?,
+    pub fn new(settings: &Settings) -> crate::error::Result<Option<Self>> {
+        let Some(region) = settings.region.name.clone() else {
+            return Ok(None);
+        };
+        // A redirect would turn the POST or DELETE into a GET: the home's answer is passed
+        // back as it is instead.
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(60))
+            .connect_timeout(Duration::from_secs(1))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| crate::error::Error::Config(format!("the forwarding HTTP client: {e}")))?;
+        Ok(Some(Self {
+            http,
             region,
             peers: settings.region.peers.clone(),
             // The home's own deadline, and the CQL timeout its compare-and-set may take
             // beyond it: a forward given up sooner would say "did not answer" about a write
             // the home made.
             deadline: settings.api.write_deadline + settings.cql.request_timeout,
-        })
+        }))
     }
 
     pub fn region(&self) -> &str {

@@ -57,6 +57,7 @@ impl App {
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Arc<Self>> {
         let signer = auth::Signer::from_session_key(&settings.api.session_key)?;
         let (writer, session) = Writer::connect(settings, topology).await?;
+        let forwarder = forward::Forwarder::new(settings)?;
         Ok(Arc::new(Self {
             settings: settings.clone(),
             topology: topology.clone(),
@@ -65,7 +66,7 @@ impl App {
             writer,
             session,
             signer,
-            forwarder: forward::Forwarder::new(settings),
+            forwarder,
         }))
     }
 }

@@ -37,14 +37,19 @@ pub async fn record_region_ranges(session: &Session, ks: &str, n: i64) -> Result
 }
 
 pub async fn region_ranges(session: &Session, ks: &str) -> Result<Option<i64>> {
+    Ok(value(session, ks, REGION_RANGES).await?.flatten())
+}
+
+/// One record by name: None without a row, Some(None) for a row without a value.
+async fn value(session: &Session, ks: &str, name: &str) -> Result<Option<Option<i64>>> {
     let rows = session
         .query_unpaged(
             format!("SELECT value FROM {ks}.topology_record WHERE name = ?"),
-            (REGION_RANGES,),
+            (name,),
         )
         .await?
         .into_rows_result()?;
-    Ok(rows.maybe_first_row::<(Option<i64>,)>()?.and_then(|r| r.0))
+    Ok(rows.maybe_first_row::<(Option<i64>,)>()?.map(|r| r.0))
 }
 
 /// Records that a rebuild starts (keeps an earlier, unfinished one's record).
@@ -63,16 +68,9 @@ pub async fn rebuild_done(session: &Session, ks: &str) -> Result<()> {
 
 /// When the rebuild under way (or left unfinished) started, if one is recorded.
 pub async fn rebuilding(session: &Session, ks: &str) -> Result<Option<i64>> {
-    let rows = session
-        .query_unpaged(
-            format!("SELECT value FROM {ks}.topology_record WHERE name = ?"),
-            (REBUILDING,),
-        )
+    Ok(value(session, ks, REBUILDING)
         .await?
-        .into_rows_result()?;
-    Ok(rows
-        .maybe_first_row::<(Option<i64>,)>()?
-        .map(|r| r.0.unwrap_or(0)))
+        .map(|v| v.unwrap_or(0)))
 }
 
 /// What the keyspace records, if anything.
