@@ -174,9 +174,14 @@ enum RegionAction {
         /// Every range this region is home to.
         #[arg(long)]
         from: Option<String>,
-        /// The new home.
+        /// The new home. With the recount, run this with its configuration (region.name).
         #[arg(long)]
         to: String,
+        /// Skip the recount of the moved items (the old home's tail as corrections through
+        /// the new home's pipeline): only for ranges with nothing counted yet; otherwise run
+        /// `likes reconcile --all` in the new home afterwards.
+        #[arg(long)]
+        no_recount: bool,
     },
 }
 
@@ -277,14 +282,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 RegionAction::Status => {
                     out(&likes::ops::region::status(&settings).await?.to_string())
                 }
-                RegionAction::Move { ranges, from, to } => {
+                RegionAction::Move {
+                    ranges,
+                    from,
+                    to,
+                    no_recount,
+                } => {
                     let which = match from {
                         Some(from) => likes::ops::region::Which::From(from),
                         None => likes::ops::region::Which::Ranges(ranges),
                     };
-                    out(&likes::ops::region::r#move(&settings, which, &to)
-                        .await?
-                        .to_string())
+                    out(
+                        &likes::ops::region::r#move(&settings, &topology, which, &to, !no_recount)
+                            .await?
+                            .to_string(),
+                    )
                 }
             },
             Command::Erase { user } => {

@@ -57,7 +57,20 @@ impl Flip<'_> {
                 [..self.earlier_event_times_ms.len().min(EARLIER_FLIPS)]
                 .to_vec(),
             client_platform: self.platform as i32,
+            home_since_ms: 0,
         }
+    }
+
+    /// The record for the events topic of a flip written by the item's home region (with
+    /// home regions): the range's epoch and when it came home travel with the event.
+    pub fn record_at_home(&self, buckets: u32, home: Home) -> (String, Vec<u8>) {
+        let mut event = self.event(buckets);
+        event.epoch = home.epoch.max(0) as u64;
+        event.home_since_ms = home.since_ms;
+        (
+            hash::event_key(self.item, event.bucket),
+            event.encode_to_vec(),
+        )
     }
 
     /// The record for the events topic: key `item#bucket` and the encoded event.
@@ -68,6 +81,14 @@ impl Flip<'_> {
             event.encode_to_vec(),
         )
     }
+}
+
+/// The range an item's flip was written under, as the writing region saw it: its epoch and
+/// when it last came home there (`ranges.home_since`). Both 0 without home regions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Home {
+    pub epoch: i64,
+    pub since_ms: i64,
 }
 
 /// How many flips a delta record combines, and their mean event time.

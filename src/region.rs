@@ -12,9 +12,12 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use crate::config::RegionSettings;
+use scylla::client::session::Session;
+
+use crate::config::{RegionSettings, Settings};
 use crate::error::{Error, Result};
 use crate::hash;
+use crate::records::Home;
 use crate::store::ranges::{RangeRow, Ranges};
 
 /// The range of an item, among `ranges` (the count `likes region init` wrote).
@@ -25,8 +28,9 @@ pub fn range_of(item: &str, ranges: usize) -> i32 {
 /// Where this region stands for one item's write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
-    /// This region is the home: write, at this epoch.
-    Here { epoch: i64 },
+    /// This region is the home: write, at this epoch, stamped no earlier than when the
+    /// range came home here.
+    Here(Home),
     /// Another region is the home.
     Elsewhere { range: i32, home: String },
     /// No write may start: the view is too old, or the range is moving here.
@@ -83,6 +87,34 @@ impl Routes {
         Ok(routes)
     }
 
+    /// The routes of a process that writes shared rows (a writer, the relay, stage 2, the
+    /// operations jobs): started when `region.name` is set. Without it, a keyspace with home
+    /// regions is refused: such a process would touch every item, its home or not.
+    pub async fn for_process(session: &Arc<Session>, settings: &Settings) -> Result<Option<Self>> {
+        let ranges = Ranges::prepare(
+            session.clone(),
+            &settings.cql.keyspace,
+            settings.cql.replication.class,
+        )
+        .await?;
+        match &settings.region.name {
+            Some(region) => Ok(Some(
+                Self::start(Arc::new(ranges), &settings.region, region).await?,
+            )),
+            None => {
+                if !ranges.all().await?.is_empty() {
+                    return Err(Error::Config(
+                        "this keyspace has home regions (`likes region init` ran): set region.name \
+                         to this process's region"
+                            .into(),
+                    ));
+                }
+                publish_none();
+                Ok(None)
+            }
+        }
+    }
+
     pub fn region(&self) -> &str {
         &self.region
     }
@@ -110,7 +142,10 @@ impl Routes {
                 "range {} is moving here from {from} (epoch {}); its writes start when the move settles",
                 row.range, row.epoch
             )),
-            None => Route::Here { epoch: row.epoch },
+            None => Route::Here(Home {
+                epoch: row.epoch,
+                since_ms: row.home_since.unwrap_or(0),
+            }),
         }
     }
 }
@@ -197,6 +232,7 @@ mod tests {
             epoch: 7,
             moving_from: moving_from.map(Into::into),
             moved_at: None,
+            home_since: None,
         }
     }
 
@@ -208,7 +244,10 @@ mod tests {
         rows[r as usize] = row(r, "a", None);
         assert_eq!(
             routes(rows.clone(), Duration::ZERO).route(item),
-            Route::Here { epoch: 7 }
+            Route::Here(Home {
+                epoch: 7,
+                since_ms: 0
+            })
         );
         assert!(matches!(
             routes(rows.clone(), Duration::from_secs(3)).route(item),

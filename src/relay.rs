@@ -23,6 +23,8 @@ use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::error::Result;
+use crate::records::Home;
+use crate::region::{Route, Routes};
 use crate::runtime::clock::now_ms;
 use crate::runtime::metrics as m;
 use crate::runtime::shutdown::CancellationToken;
@@ -41,6 +43,9 @@ pub struct Relay {
     pub events: Events,
     /// The topology's bucket count: an edge's row key.
     pub buckets: u32,
+    /// With home regions, the relay publishes only the items its region homes; another
+    /// region's entries are its relay's (docs/multi-region.md).
+    pub routes: Option<Routes>,
 }
 
 impl Relay {
@@ -49,13 +54,15 @@ impl Relay {
         let session = cql::connect(&settings.cql).await?;
         crate::store::recorded::check_buckets(&session, &settings.cql.keyspace, topology).await?;
         let events = Events::connect(settings, topology)?;
-        Self::prepare(session, events, settings, topology).await
+        let routes = Routes::for_process(&session, settings).await?;
+        Self::prepare(session, events, routes, settings, topology).await
     }
 
     /// On a session already connected and checked and a producer already made (the API's).
     pub async fn prepare(
         session: Arc<scylla::client::session::Session>,
         events: Events,
+        routes: Option<Routes>,
         settings: &Settings,
         topology: &Topology,
     ) -> Result<Self> {
@@ -65,6 +72,7 @@ impl Relay {
             edges: Edges::prepare(session, ks).await?,
             events,
             buckets: topology.buckets,
+            routes,
         })
     }
 }
@@ -153,6 +161,17 @@ async fn drain(
         }
     }
     for ((item, user), (written, entries)) in due {
+        // Another region's item, or one whose range is closed here for now: left for the
+        // relay of its home (after a move, the new home publishes the old home's leftovers,
+        // and its stage 1 leaves them to the old home's count and the move's recount).
+        let home = match relay.routes.as_ref().map(|r| r.route(&item)) {
+            None => Home::default(),
+            Some(Route::Here(home)) => home,
+            Some(_) => {
+                young += entries.len();
+                continue;
+            }
+        };
         let bucket = hash::bucket_of(&user, relay.buckets) as i32;
         if let Some(edge) = relay.edges.read(&item, bucket, &user).await? {
             if edge.op_id > 0 && edge.updated_at_ms < written {
@@ -161,7 +180,7 @@ async fn drain(
             } else if edge.op_id > 0 {
                 relay
                     .events
-                    .publish(&item, &user, &edge, Source::Relay)
+                    .publish(&item, &user, &edge, Source::Relay, home)
                     .await?;
                 done.published += 1;
                 info!(%item, %user, op_id = edge.op_id, "relay published a pending event");

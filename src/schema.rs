@@ -27,6 +27,7 @@ mod tests {
             prev_event_time_ms: 1_699_999_999_000,
             earlier_event_times_ms: vec![1_699_999_998_000, 1_600_000_000_000],
             client_platform: ClientPlatform::Android as i32,
+            home_since_ms: 1_699_999_000_000,
         };
         let bytes = e.encode_to_vec();
         assert_eq!(LikeEvent::decode(bytes.as_slice()).unwrap(), e);

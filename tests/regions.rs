@@ -203,7 +203,7 @@ async fn a_move_fences_the_old_home_before_the_new_one_writes() {
     let mover = {
         let a = a.clone();
         tokio::spawn(async move {
-            likes::ops::region::r#move(
+            common::regions::move_only(
                 &a,
                 likes::ops::region::Which::Ranges(vec![range]),
                 "region-b",
@@ -436,7 +436,7 @@ async fn a_write_at_another_region_is_forwarded_to_the_home_with_its_key() {
 
     // After a move the other way round, region-a forwards to region-b.
     let range = likes::region::range_of(item, 4);
-    likes::ops::region::r#move(
+    common::regions::move_only(
         &a,
         likes::ops::region::Which::Ranges(vec![range]),
         "region-b",

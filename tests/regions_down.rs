@@ -33,7 +33,7 @@ async fn a_move_to_a_region_that_is_down_refuses_and_resumes_when_it_is_back() {
     // The bump must commit in both datacenters: with region-b's node gone it cannot, and the
     // move says so; the range stays region-a's, at its epoch.
     let t = std::time::Instant::now();
-    let err = likes::ops::region::r#move(
+    let err = common::regions::move_only(
         &a,
         likes::ops::region::Which::Ranges(vec![range]),
         "region-b",
@@ -71,7 +71,7 @@ async fn a_move_to_a_region_that_is_down_refuses_and_resumes_when_it_is_back() {
 
     likes_support::stack::up_regions(&likes_support::stack::script()).unwrap();
     let t = std::time::Instant::now();
-    let report = likes::ops::region::r#move(
+    let report = common::regions::move_only(
         &a,
         likes::ops::region::Which::Ranges(vec![range]),
         "region-b",
@@ -105,7 +105,7 @@ async fn a_move_killed_between_its_bump_and_its_settle_resumes_at_the_fence() {
     // Range 0 is bumped; the move dies right after bumping range 1, as a kill there would.
     fail::cfg("region-move-after-bump", "1*off->1*return").unwrap();
     let from_a = || likes::ops::region::Which::From("region-a".into());
-    let stopped = likes::ops::region::r#move(&a, from_a(), "region-b").await;
+    let stopped = common::regions::move_only(&a, from_a(), "region-b").await;
     fail::remove("region-move-after-bump");
     let err = stopped.err().expect("the fail point stops the move");
     println!("stopped: {err}");
@@ -133,7 +133,7 @@ async fn a_move_killed_between_its_bump_and_its_settle_resumes_at_the_fence() {
     // The same command run again resumes range 1 (the whole fence again, then the settle)
     // and moves the rest.
     let t = std::time::Instant::now();
-    let report = likes::ops::region::r#move(&a, from_a(), "region-b")
+    let report = common::regions::move_only(&a, from_a(), "region-b")
         .await
         .expect("the move run again");
     println!("resumed: {report}");

@@ -46,7 +46,8 @@ pub async fn run_api(settings: &Settings, topology: &Topology) -> Result<()> {
         let app = App::connect(settings, topology).await?;
         let relay = if settings.api.relay {
             let (session, events) = (app.session.clone(), app.events.clone());
-            Some(Relay::prepare(session, events, settings, topology).await?)
+            let routes = app.writer.routes().cloned();
+            Some(Relay::prepare(session, events, routes, settings, topology).await?)
         } else {
             None
         };

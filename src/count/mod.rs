@@ -59,6 +59,7 @@ impl Count {
             kafka::producer_config(&settings.kafka).create_with_context(LogContext)?;
         let session = cql::connect(&settings.cql).await?;
         crate::store::recorded::check(&session, &settings.cql.keyspace, topology).await?;
+        let routes = crate::region::Routes::for_process(&session, settings).await?;
         let mut sink = Sink::new(
             session,
             &settings.cql.keyspace,
@@ -67,6 +68,9 @@ impl Count {
             settings.count.batch_rows,
         )
         .await?;
+        if let Some(routes) = routes {
+            sink.homed_by(routes);
+        }
         if !settings.count.audit_log.is_empty() {
             sink.audit_to(std::path::Path::new(&settings.count.audit_log))?;
         }

@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
 use scylla::client::session::Session;
@@ -27,6 +28,7 @@ use tracing::warn;
 use super::window::ClosedWindow;
 use crate::error::{Error, Result};
 use crate::records::Correction;
+use crate::region::{Route, Routes};
 use crate::runtime::metrics as m;
 use crate::store::counts::{BatchValues, CounterRow, Fence, RowWrite};
 use crate::topology::Topology;
@@ -42,6 +44,9 @@ pub struct SinkStats {
     pub fence_skips: u64,
     pub cas_retries: u64,
     pub clamps: u64,
+    /// Windows and corrections not written: their item is homed by another region now, or
+    /// they come from before its range came home here (docs/multi-region.md).
+    pub handed_over: u64,
 }
 
 impl SinkStats {
@@ -51,6 +56,7 @@ impl SinkStats {
         self.fence_skips += o.fence_skips;
         self.cas_retries += o.cas_retries;
         self.clamps += o.clamps;
+        self.handed_over += o.handed_over;
     }
 }
 
@@ -62,8 +68,14 @@ pub struct Sink {
     max_in_flight: usize,
     batch_rows: usize,
     audit: Option<std::sync::Mutex<std::fs::File>>,
+    /// With home regions: which items this region's count writes (see `keep_homed`).
+    routes: Option<Routes>,
     pub stats: SinkStats,
 }
+
+/// How long a write waits for its item's range to open here (a move settling, a view of the
+/// range table read again) before the round fails and the stage starts over.
+const HOLD_LIMIT: Duration = Duration::from_secs(60);
 
 /// One item's pending windows: window end time (ms on the log clock) → (delta, earliest event
 /// time). The fence compares end times, never window indices: a window length changed
@@ -122,8 +134,14 @@ impl Sink {
             max_in_flight: max_in_flight.max(1),
             batch_rows: batch_rows.max(1),
             audit: None,
+            routes: None,
             stats: SinkStats::default(),
         })
+    }
+
+    /// Writes only the items `routes` says this region homes (docs/multi-region.md).
+    pub fn homed_by(&mut self, routes: Routes) {
+        self.routes = Some(routes);
     }
 
     /// Appends a line per applied write to `path`: `item<TAB>w1,w2,..<TAB>delta`.
@@ -198,6 +216,7 @@ impl Sink {
             metrics::counter!(m::FENCE_SKIPS).increment(o.stats.fence_skips);
             metrics::counter!(m::CAS_RETRIES).increment(o.stats.cas_retries);
             metrics::counter!(m::CLAMPS).increment(o.stats.clamps);
+            metrics::counter!(m::HANDED_OVER).increment(o.stats.handed_over);
             let now = crate::runtime::clock::now_ms();
             for key in o.applied {
                 if let Some(&(events, mean)) = weights.get(&key) {
@@ -224,6 +243,10 @@ impl Sink {
 
     async fn apply_chunk(&self, shard: i32, jobs: &mut [Job], out: &mut Outcome) -> Result<()> {
         for _attempt in 0..20 {
+            // Checked on each attempt, right before its batch: the lease that lets this write
+            // start is the one a move waits out (docs/multi-region.md, "Where the epoch
+            // check lives").
+            self.keep_homed(jobs, &mut out.stats).await?;
             let planned = plan(jobs, &mut out.stats);
             if planned.is_empty() {
                 return Ok(());
@@ -359,6 +382,55 @@ fn plan(jobs: &mut [Job], stats: &mut SinkStats) -> Vec<Planned> {
 }
 
 impl Sink {
+    /// With home regions, the counter rows of a range are written by its home's count only,
+    /// and only with what happened since the range came home here: the old home's count
+    /// stops at its lease, like its writers, and what it had not written by then is in the
+    /// move's recount, sent through the new home's pipeline (docs/multi-region.md, "Stage-1
+    /// state after a move"). So an item homed elsewhere is handed over (nothing written, the
+    /// cached row forgotten), and windows of flips from before the range came home here, or
+    /// corrections computed before it, are dropped. An item whose range is closed here for now
+    /// (moving here, or a view of the range table past its lease) holds the batch until it
+    /// opens.
+    async fn keep_homed(&self, jobs: &mut [Job], stats: &mut SinkStats) -> Result<()> {
+        let Some(routes) = &self.routes else {
+            return Ok(());
+        };
+        let waiting = Instant::now();
+        loop {
+            let mut closed = None;
+            for job in jobs.iter_mut().filter(|j| !j.done) {
+                match routes.route(&job.item) {
+                    Route::Here(home) => {
+                        let before = job.pending.len() + job.corrections.len();
+                        job.pending.retain(|_, &mut (_, at)| at >= home.since_ms);
+                        job.corrections.retain(|(_, c)| c.cut_ms >= home.since_ms);
+                        let left = job.pending.len() + job.corrections.len();
+                        stats.handed_over += (before - left) as u64;
+                        if left == 0 {
+                            job.done = true;
+                        }
+                    }
+                    Route::Elsewhere { .. } => {
+                        stats.handed_over += (job.pending.len() + job.corrections.len()) as u64;
+                        job.done = true;
+                        job.row = None;
+                        job.known = false;
+                    }
+                    Route::Closed(why) => closed = Some(why),
+                }
+            }
+            let Some(why) = closed else {
+                return Ok(());
+            };
+            if waiting.elapsed() > HOLD_LIMIT {
+                return Err(Error::CqlTransient(format!(
+                    "counter rows held for {HOLD_LIMIT:?}: {why}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Appends to the audit trail: `P<TAB>batch<TAB>item<TAB>w1,w2,..<TAB>delta` per planned
     /// row before a batch is sent, then `A<TAB>batch` (applied) or `F<TAB>batch` (a condition
     /// failed) once its answer is in. A batch with neither was in flight at a kill: it applied

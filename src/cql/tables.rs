@@ -149,13 +149,15 @@ pub const TABLES: &[TableSpec] = &[
     },
     TableSpec {
         name: "ranges",
-        // moving_from: set while a move is under way (store/ranges.rs).
+        // moving_from: set while a move is under way; home_since: when the range's home last
+        // began writing it (store/ranges.rs).
         columns: &[
             ("range", "int"),
             ("home", "text"),
             ("epoch", "bigint"),
             ("moving_from", "text"),
             ("moved_at", "timestamp"),
+            ("home_since", "timestamp"),
         ],
         partition_key: &["range"],
         clustering: &[],

@@ -92,6 +92,7 @@ pub fn parse(
         event_time_ms: event.event_time_ms,
         prev_event_time_ms: event.prev_event_time_ms,
         earlier_event_times_ms: earlier,
+        home_since_ms: event.home_since_ms,
     };
     Ok(ValidEvent { event, flip })
 }
@@ -113,6 +114,7 @@ mod tests {
             prev_event_time_ms: 0,
             earlier_event_times_ms: vec![],
             client_platform: 0,
+            home_since_ms: 0,
         }
     }
 

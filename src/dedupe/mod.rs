@@ -56,6 +56,8 @@ pub struct DedupeStats {
     pub expired: u64,
     /// Flips counted with a guessed baseline: each also sent a recount record.
     pub guessed: u64,
+    /// Flips from before their range came home to this region: left to the previous home.
+    pub previous_home: u64,
     /// Partitions whose committed offset was out of range (records lost to retention).
     pub offset_resets: u64,
     /// Commit calls that returned with the outcome unknown and were resumed.
@@ -407,6 +409,10 @@ impl Dedupe {
                 self.stats.duplicates += 1;
                 metrics::counter!(m::DUPLICATES).increment(1);
             }
+            Verdict::PreviousHome => {
+                self.stats.previous_home += 1;
+                metrics::counter!(m::PREVIOUS_HOME_FLIPS).increment(1);
+            }
             Verdict::Expired if replay => {}
             Verdict::Expired => {
                 self.stats.expired += 1;
@@ -522,6 +528,7 @@ impl DedupeStats {
         self.replayed += o.replayed;
         self.expired += o.expired;
         self.guessed += o.guessed;
+        self.previous_home += o.previous_home;
         self.offset_resets += o.offset_resets;
         self.commits_resumed += o.commits_resumed;
     }

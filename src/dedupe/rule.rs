@@ -48,6 +48,9 @@ pub struct Flip {
     pub prev_event_time_ms: i64,
     /// Event times of op_id - 2, op_id - 3, ..., newest first; 0 past the known ones.
     pub earlier_event_times_ms: [i64; EARLIER_FLIPS],
+    /// When the item's range came home to the region that wrote the flip (0 without home
+    /// regions): flips before it were the previous home's.
+    pub home_since_ms: i64,
 }
 
 impl Flip {
@@ -78,6 +81,19 @@ pub enum Verdict {
     /// once and since forgotten, or a flip stage 1 saw only after its horizon. Neither can
     /// be counted safely; the stage dead-letters it (reconciliation is the backstop).
     Expired,
+    /// A flip from before its range came home to this region (a move's leftover, published
+    /// by the new home's relay): the previous home's pipeline counted it, or the move's
+    /// recount did. Not counted here, state unchanged.
+    PreviousHome,
+}
+
+/// What the stage remembers of an edge, if it may be trusted for `flip`: not when it dates
+/// from before the range last came home here (a flip of an earlier stay, since when another
+/// region's pipeline counted the edge's flips). Then the rule goes by the flips the event
+/// carries, as with nothing remembered, with the time it came home as the line before which
+/// flips are counted (docs/multi-region.md, "Stage-1 state after a move").
+fn trusted(remembered: Option<EdgeVersion>, flip: &Flip) -> Option<EdgeVersion> {
+    remembered.filter(|r| r.event_time_ms >= flip.home_since_ms)
 }
 
 /// The one notion of expiry: state for an op whose event time is `event_time_ms` is gone at
@@ -95,15 +111,22 @@ pub fn apply(remembered: Option<EdgeVersion>, flip: Flip, now_ms: i64, horizon_m
     };
     let new = i64::from(flip.liked);
     let mut guessed = false;
-    let delta = match remembered {
-        Some(r) if flip.op_id <= r.op_id => return Verdict::Drop,
+    if matches!(remembered, Some(r) if flip.op_id <= r.op_id) {
+        return Verdict::Drop;
+    }
+    if flip.event_time_ms < flip.home_since_ms {
+        return Verdict::PreviousHome;
+    }
+    let delta = match trusted(remembered, &flip) {
         Some(r) => new - i64::from(r.liked),
         None if expired(flip.event_time_ms, now_ms, horizon_ms) => return Verdict::Expired,
         None => {
             let mut reached_op_1 = flip.op_id == 1;
             let mut baseline = None;
             for (op, t) in flip.known_earlier() {
-                if expired(t, now_ms, horizon_ms) {
+                // Counted and forgotten, or the previous home's (counted there or by the
+                // move's recount).
+                if expired(t, now_ms, horizon_ms) || t < flip.home_since_ms {
                     // Odd ops are likes.
                     baseline = Some(i64::from(op % 2 == 1));
                     break;
@@ -134,7 +157,7 @@ pub fn apply(remembered: Option<EdgeVersion>, flip: Flip, now_ms: i64, horizon_m
 /// op's change would land in the later flip's second and a cut between the two would see a
 /// false ±1. The parts sum to `delta`.
 pub fn placed(remembered: Option<EdgeVersion>, flip: Flip, delta: i64) -> [(i64, i64); 2] {
-    let skipped = match remembered {
+    let skipped = match trusted(remembered, &flip) {
         Some(r) => flip.op_id > r.op_id + 1,
         None => flip.op_id > 1,
     };
@@ -160,6 +183,66 @@ mod tests {
     fn flip(op_id: u64) -> Flip {
         let times: Vec<i64> = (1..=op_id as i64).map(|k| NOW - 1000 * (100 - k)).collect();
         history_flip(op_id, &times)
+    }
+
+    #[test]
+    fn after_a_move_home_the_flips_of_the_other_stay_are_not_counted_again() {
+        // Ops 1-5 one second apart. This region counted op 3 (a like) during an earlier
+        // stay; the range then moved away, the other region flipped op 4 (an unlike, counted
+        // there), and came home here just before op 5 (a like).
+        let since = flip(5).event_time_ms - 500;
+        let at_home = |op| Flip {
+            home_since_ms: since,
+            ..flip(op)
+        };
+        let liked3 = EdgeVersion {
+            op_id: 3,
+            liked: true,
+            event_time_ms: flip(3).event_time_ms,
+        };
+        // Trusting the old memory would count 0 (like after like); the row holds op 4's
+        // unlike, so op 5 is +1.
+        assert!(matches!(
+            apply(Some(liked3), flip(5), NOW, H),
+            Verdict::Apply { delta: 0, .. }
+        ));
+        let v = apply(Some(liked3), at_home(5), NOW, H);
+        assert!(
+            matches!(
+                v,
+                Verdict::Apply {
+                    delta: 1,
+                    guessed: false,
+                    ..
+                }
+            ),
+            "{v:?}"
+        );
+        assert_eq!(
+            placed(Some(liked3), at_home(5), 1),
+            [(flip(4).event_time_ms, 0), (flip(5).event_time_ms, 1)],
+            "all of it at op 5's own time: op 4's change is the other region's"
+        );
+        // Nothing remembered: op 4 is the baseline too.
+        assert!(matches!(
+            apply(None, at_home(5), NOW, H),
+            Verdict::Apply { delta: 1, .. }
+        ));
+        // Op 4 itself, published late by this region's relay: the other region's to count.
+        assert_eq!(apply(None, at_home(4), NOW, H), Verdict::PreviousHome);
+        // A redelivery is a duplicate whenever it was made.
+        let liked5 = EdgeVersion {
+            op_id: 5,
+            liked: true,
+            event_time_ms: flip(5).event_time_ms,
+        };
+        assert_eq!(apply(Some(liked5), at_home(4), NOW, H), Verdict::Drop);
+        assert_eq!(apply(Some(liked5), at_home(5), NOW, H), Verdict::Drop);
+        // Memory from this stay is trusted: op 6 after op 5 is -1.
+        assert!(matches!(
+            apply(Some(liked5), at_home(6), NOW, H),
+            Verdict::Apply { delta: -1, .. }
+        ));
     }
 
     #[test]
@@ -224,6 +307,7 @@ mod tests {
             event_time_ms: times[n - 1],
             prev_event_time_ms: if n > 1 { times[n - 2] } else { 0 },
             earlier_event_times_ms: earlier,
+            home_since_ms: 0,
         }
     }
 
@@ -291,6 +375,7 @@ mod tests {
             event_time_ms: NOW,
             prev_event_time_ms: NOW - 30 * 24 * 3600 * 1000,
             earlier_event_times_ms: [0; EARLIER_FLIPS],
+            home_since_ms: 0,
         };
         assert_eq!(
             apply(None, unlike, NOW, H),

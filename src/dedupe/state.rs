@@ -359,6 +359,7 @@ mod tests {
             event_time_ms: turn_now,
             prev_event_time_ms: liked.event_time_ms,
             earlier_event_times_ms: [0; crate::records::EARLIER_FLIPS],
+            home_since_ms: 0,
         };
         let remembered = s.get(&k, turn_now).unwrap();
         let verdict = crate::dedupe::rule::apply(remembered, unlike, turn_now, h);

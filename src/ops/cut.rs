@@ -32,6 +32,7 @@ use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::kafka::group;
 use crate::records::{decode_deltas, DeltaInput};
+use crate::region::{Route, Routes};
 use crate::runtime::clock::now_ms;
 use crate::store::counts::CounterRow;
 use crate::store::edge_history::{EdgeHistories, EdgeHistory};
@@ -166,6 +167,8 @@ pub struct Pipeline {
     /// The edges' history scans (only the jobs read them).
     pub histories: EdgeHistories,
     kafka: BaseConsumer,
+    /// With home regions: which items this region's pipeline counts.
+    routes: Option<Routes>,
 }
 
 impl Pipeline {
@@ -175,6 +178,7 @@ impl Pipeline {
         let ks = &settings.cql.keyspace;
         let stores = Stores::prepare(&session, ks).await?;
         let histories = EdgeHistories::prepare(session.clone(), ks).await?;
+        let routes = Routes::for_process(&session, settings).await?;
         let kafka: BaseConsumer = crate::kafka::client_config(&settings.kafka)
             .set(
                 "group.id",
@@ -190,7 +194,39 @@ impl Pipeline {
             stores,
             histories,
             kafka,
+            routes,
         })
+    }
+
+    /// With home regions, the items this region homes, each once; without, all of them. A
+    /// range closed here for now (a move under way, or a view of the range table past its
+    /// lease) refuses the job: run it again once the move has settled.
+    pub fn homed_here(&self, items: Vec<String>) -> Result<Vec<String>> {
+        let Some(routes) = &self.routes else {
+            return Ok(items);
+        };
+        let mut here = Vec::new();
+        for item in items {
+            match routes.route(&item) {
+                Route::Here(_) => here.push(item),
+                Route::Elsewhere { .. } => {}
+                Route::Closed(why) => {
+                    return Err(Error::Refused(format!(
+                        "item {item:?}: {why}; run the job again once the move has settled"
+                    )))
+                }
+            }
+        }
+        Ok(here)
+    }
+
+    /// Whether this region's relay publishes `item`'s outbox entries (every item without
+    /// home regions): another region's entries are its relay's.
+    fn relayed_here(&self, item: &str) -> bool {
+        !matches!(
+            self.routes.as_ref().map(|r| r.route(item)),
+            Some(Route::Elsewhere { .. })
+        )
     }
 
     /// Waits until every flip stamped before `k` is on the counter rows (or, with
@@ -261,7 +297,10 @@ impl Pipeline {
                 if entries.len() >= OUTBOX_SCAN_LIMIT {
                     n += 1;
                 }
-                n += entries.iter().filter(|e| e.created_at_ms < k).count();
+                n += entries
+                    .iter()
+                    .filter(|e| e.created_at_ms < k && self.relayed_here(&e.item))
+                    .count();
             }
         }
         Ok(n)
@@ -511,8 +550,13 @@ impl Pipeline {
     pub async fn items_at(&self, items: &[String], k: i64) -> Result<Vec<ItemAtCut>> {
         use futures::stream::{self, StreamExt, TryStreamExt};
         let n = self.settings.ops.recount_concurrency;
-        let rows: HashMap<String, Option<CounterRow>> = stream::iter(items)
-            .map(|item| async move { Ok::<_, Error>((item.clone(), self.count_row(item).await?)) })
+        // Owned items in the futures: a future borrowing the slice is not Send for every
+        // lifetime, and a move (which recounts) may be spawned.
+        let rows: HashMap<String, Option<CounterRow>> = stream::iter(items.to_vec())
+            .map(|item| async move {
+                let row = self.count_row(&item).await?;
+                Ok::<_, Error>((item, row))
+            })
             .buffer_unordered(n)
             .try_collect()
             .await?;
@@ -520,8 +564,11 @@ impl Pipeline {
         let applied = self.applied_since(&rows, k)?;
         let mut progress =
             super::progress::Progress::new("items recounted", Some(items.len() as u64));
-        let mut recounts = stream::iter(items)
-            .map(|item| async move { Ok::<_, Error>((item.clone(), self.recount(item, k).await?)) })
+        let mut recounts = stream::iter(items.to_vec())
+            .map(|item| async move {
+                let rc = self.recount(&item, k).await?;
+                Ok::<_, Error>((item, rc))
+            })
             .buffer_unordered(n);
         let mut by_item = HashMap::new();
         while let Some(r) = recounts.next().await {

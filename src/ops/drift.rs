@@ -20,7 +20,14 @@ pub enum Scope {
     DeadLetters,
 }
 
+/// The items of `scope` that this region homes (every item without home regions): another
+/// region's items are counted by its pipeline, and checked by its jobs.
 pub async fn items_of(p: &Pipeline, scope: &Scope) -> Result<Vec<String>> {
+    let items = all_of(p, scope).await?;
+    p.homed_here(items)
+}
+
+async fn all_of(p: &Pipeline, scope: &Scope) -> Result<Vec<String>> {
     Ok(match scope {
         Scope::Items(v) => {
             // Each item once: a repeated one must not be recounted as empty.

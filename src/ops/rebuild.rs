@@ -54,6 +54,15 @@ impl std::fmt::Display for RebuildReport {
 const ATTEMPTS: usize = 3;
 
 pub async fn run(p: &Pipeline) -> Result<RebuildReport> {
+    // A rebuild rewrites every counter row from one region's pipeline, while each region
+    // counts only its own ranges; rebuilding per region is not built (docs/multi-region.md).
+    if p.settings.region.name.is_some() {
+        return Err(Error::Refused(
+            "likes rebuild rewrites every counter row and is not built for home regions yet \
+             (region.name is set): reconcile each region instead (`likes reconcile --all` in each)"
+                .into(),
+        ));
+    }
     let group = p.settings.group(&p.topology.groups.count);
     refuse_live_group(p, &group).await?;
     // From here until the end, a stage 2 that starts waits (a killed rebuild leaves the

@@ -6,8 +6,13 @@
 //!   epoch + 1, marked moving, committed in every datacenter), the fence (a wait of
 //!   `region.lease` + `api.write_deadline` + `cql.request_timeout` on this host's monotonic
 //!   clock: no write the old home started on its old view is still running), then the settle
-//!   (the new home may write). Safe to kill and run again: a range marked moving resumes at
-//!   the fence; one already at its new home is skipped.
+//!   (the new home may write, its flips stamped no earlier than the settle), then the
+//!   recount: the old home's tail (what its pipeline had not counted when its lease ran out:
+//!   its count writes no row of a range it no longer homes) becomes reconcile corrections
+//!   of the moved ranges' items, sent through the new home's pipeline at a cut after the
+//!   settle (docs/multi-region.md, "Stage-1 state after a move"). Safe to kill and run
+//!   again: a range marked moving resumes at the fence; one already at its new home is not
+//!   bumped again, and is recounted again (a recount of an exact item sends nothing).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,6 +26,10 @@ use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::runtime::clock::now_ms;
 use crate::store::ranges::{RangeRow, Ranges};
+use crate::topology::Topology;
+
+use super::cut::Pipeline;
+use super::reconcile::ReconcileReport;
 
 async fn connect(settings: &Settings) -> Result<(Arc<Session>, Ranges)> {
     let session = crate::cql::connect(&settings.cql).await?;
@@ -164,6 +173,8 @@ pub struct MoveReport {
     pub already: Vec<i32>,
     pub to: String,
     pub took: Duration,
+    /// The recount of the moved ranges' items (None with `--no-recount`).
+    pub recount: Option<ReconcileReport>,
 }
 
 impl fmt::Display for MoveReport {
@@ -179,7 +190,35 @@ impl fmt::Display for MoveReport {
             } else {
                 format!("; {} were there already", self.already.len())
             }
-        )
+        )?;
+        match &self.recount {
+            None => write!(
+                f,
+                "\nnot recounted (--no-recount): run `likes reconcile --all` in {} before trusting the moved items' counts",
+                self.to
+            ),
+            Some(r) => {
+                let applied = r
+                    .corrections
+                    .iter()
+                    .filter(|c| c.applied == Some(true))
+                    .count();
+                write!(
+                    f,
+                    "\nrecount of the moved items: {} checked, {applied} corrected (the old home's tail)",
+                    r.checked
+                )?;
+                if !r.in_flight.is_empty() {
+                    write!(
+                        f,
+                        "; {} still in flight: run `likes reconcile --items ...` for them in {}",
+                        r.in_flight.len(),
+                        self.to
+                    )?;
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -195,8 +234,25 @@ pub fn fence(settings: &Settings) -> Duration {
     settings.region.lease + settings.api.write_deadline + settings.cql.request_timeout
 }
 
-pub async fn r#move(settings: &Settings, which: Which, to: &str) -> Result<MoveReport> {
+/// Moves `which` ranges to `to`. With `recount`, the move runs with the new home's
+/// configuration (`region.name` = `to`: its Kafka carries the corrections) and its pipeline
+/// running; without, it only moves the ranges (a range with nothing counted yet), and the
+/// report says what to run.
+pub async fn r#move(
+    settings: &Settings,
+    topology: &Topology,
+    which: Which,
+    to: &str,
+    recount: bool,
+) -> Result<MoveReport> {
     let started = Instant::now();
+    if recount && settings.region.name.as_deref() != Some(to) {
+        return Err(Error::Config(format!(
+            "run the move with the new home's configuration (region.name = {to:?}, not {:?}): \
+             its recount goes through {to}'s pipeline (or pass --no-recount, then reconcile there)",
+            settings.region.name.as_deref().unwrap_or("unset")
+        )));
+    }
     let (_session, ranges) = connect(settings).await?;
     let rows = ranges.all().await.map_err(unreachable)?;
     if rows.is_empty() {
@@ -241,7 +297,11 @@ pub async fn r#move(settings: &Settings, which: Which, to: &str) -> Result<MoveR
     }
     let mut moved = Vec::new();
     for (range, epoch) in bumped {
-        if !ranges.settle(range, to, epoch).await.map_err(unreachable)? {
+        if !ranges
+            .settle(range, to, epoch, now_ms())
+            .await
+            .map_err(unreachable)?
+        {
             return Err(Error::Raced(format!(
                 "range {range} changed during its move's fence; run `likes region status`"
             )));
@@ -252,12 +312,51 @@ pub async fn r#move(settings: &Settings, which: Which, to: &str) -> Result<MoveR
         tracing::warn!(settled = ?moved, "the move stopped part way; the ranges it had bumped are settled");
         return Err(e);
     }
+    let recount = if recount {
+        let mut ranges: Vec<i32> = moved.iter().chain(&already).copied().collect();
+        ranges.sort_unstable();
+        Some(recount_ranges(settings, topology, &ranges, rows.len()).await?)
+    } else {
+        None
+    };
     Ok(MoveReport {
         moved,
         already,
         to: to.to_string(),
         took: started.elapsed(),
+        recount,
     })
+}
+
+/// The recount after a move: every item of `ranges` with an edge or a counter row, recounted
+/// at a cut after the settle through this (the new home's) pipeline. The old home's count
+/// stopped writing these rows when its lease ran out, so what it had not counted is the
+/// drift at the cut; this region's stage 1 and stage 2 count only flips made since the
+/// settle. Finding the items reads the whole edges table: a move costs one full scan.
+async fn recount_ranges(
+    settings: &Settings,
+    topology: &Topology,
+    ranges: &[i32],
+    of: usize,
+) -> Result<ReconcileReport> {
+    let p = Pipeline::connect(settings, topology).await?;
+    let items: Vec<String> = p
+        .all_items()
+        .await?
+        .into_iter()
+        .filter(|i| {
+            ranges
+                .binary_search(&crate::region::range_of(i, of))
+                .is_ok()
+        })
+        .collect();
+    let items = p.homed_here(items)?;
+    info!(
+        items = items.len(),
+        ranges = ranges.len(),
+        "recounting the moved ranges' items through this region's pipeline"
+    );
+    super::reconcile::run(&p, items, false, "region move: the old home's tail").await
 }
 
 enum Bumped {

@@ -22,6 +22,9 @@ pub const DUPLICATES: &str = "likes_dedupe_duplicates_total";
 pub const EXPIRED_FLIPS: &str = "likes_dedupe_expired_flips_total";
 /// Stage 1: flips counted with a guessed baseline (a recount record went to `likes.dlq`).
 pub const GUESSED_FLIPS: &str = "likes_dedupe_guessed_flips_total";
+/// Stage 1: flips from before their range came home to this region (a move's leftovers):
+/// the previous home's to count, not counted here (docs/multi-region.md).
+pub const PREVIOUS_HOME_FLIPS: &str = "likes_dedupe_previous_home_flips_total";
 pub const COMMITS_RESUMED: &str = "likes_dedupe_commits_resumed_total";
 pub const OFFSET_RESETS: &str = "likes_offset_out_of_range_total";
 /// Stage 1: combined Delta records written to `likes.deltas`.
@@ -48,6 +51,9 @@ pub const CLAMPS: &str = "likes_count_clamps_total";
 /// Stage 2: reconcile corrections decided at the correction fence (label `outcome`: applied,
 /// refused). A refusal is a correction sent twice or overtaken by a newer recount.
 pub const CORRECTIONS: &str = "likes_count_corrections_total";
+/// Stage 2: windows and corrections not written because their item's range is no longer
+/// homed here, or because they come from before it came home (docs/multi-region.md).
+pub const HANDED_OVER: &str = "likes_count_handed_over_total";
 /// API: age of the oldest erasure not yet purged, seconds (0 when none); the 30-day deadline
 /// alerts from it.
 pub const ERASURE_OLDEST_PENDING: &str = "likes_erasure_oldest_pending_seconds";
@@ -141,12 +147,14 @@ pub fn start_at_zero(role: &'static str) {
                 counter!(CLAMPS).absolute(0);
                 counter!(FENCE_SKIPS).absolute(0);
                 counter!(WINDOWS_APPLIED).absolute(0);
+                counter!(HANDED_OVER).absolute(0);
                 for outcome in ["applied", "refused"] {
                     counter!(CORRECTIONS, "outcome" => outcome).absolute(0);
                 }
             } else {
                 counter!(EVENTS_IN).absolute(0);
                 counter!(DUPLICATES).absolute(0);
+                counter!(PREVIOUS_HOME_FLIPS).absolute(0);
                 counter!(DELTAS_OUT).absolute(0);
             }
         }
@@ -232,6 +240,14 @@ fn describe() {
     describe_counter!(
         EXPIRED_FLIPS,
         "flips older than the dedupe horizon with no state left: dead-lettered, not counted"
+    );
+    describe_counter!(
+        PREVIOUS_HOME_FLIPS,
+        "flips from before their range came home to this region (a move's leftovers): left to the previous home's count and the move's recount"
+    );
+    describe_counter!(
+        HANDED_OVER,
+        "windows and corrections of items whose range is no longer homed here (or from before it came home): not written; the move's recount accounts for them"
     );
     describe_counter!(
         GUESSED_FLIPS,

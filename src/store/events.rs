@@ -8,7 +8,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::kafka;
-use crate::records::Flip;
+use crate::records::{Flip, Home};
 use crate::schema::v1::Source;
 use crate::store::edges::Edge;
 use crate::topology::Topology;
@@ -36,8 +36,17 @@ impl Events {
         })
     }
 
-    /// Publishes the edge's current flip and waits for the broker's acknowledgement.
-    pub async fn publish(&self, item: &str, user: &str, edge: &Edge, source: Source) -> Result<()> {
+    /// Publishes the edge's current flip, written under `home` (its range's epoch and since
+    /// when it is homed here; zero without home regions), and waits for the broker's
+    /// acknowledgement.
+    pub async fn publish(
+        &self,
+        item: &str,
+        user: &str,
+        edge: &Edge,
+        source: Source,
+        home: Home,
+    ) -> Result<()> {
         let (key, payload) = Flip {
             item,
             user,
@@ -49,7 +58,7 @@ impl Events {
             source,
             platform: edge.platform(),
         }
-        .record(self.buckets);
+        .record_at_home(self.buckets, home);
         self.producer
             .send(
                 FutureRecord::to(&self.topic).key(&key).payload(&payload),

@@ -26,6 +26,10 @@ pub struct RangeRow {
     pub moving_from: Option<String>,
     /// When the move under way, or the last one, started (ms).
     pub moved_at: Option<i64>,
+    /// When the last move settled (ms): the home's flips are stamped no earlier, and stage 1
+    /// leaves flips before it to the previous home (docs/multi-region.md, "Stage-1 state
+    /// after a move"). None for a range that never moved.
+    pub home_since: Option<i64>,
 }
 
 pub struct Ranges {
@@ -57,14 +61,16 @@ impl Ranges {
         };
         let mut all = prepare(
             &session,
-            format!("SELECT range, home, epoch, moving_from, moved_at FROM {ks}.ranges"),
+            format!(
+                "SELECT range, home, epoch, moving_from, moved_at, home_since FROM {ks}.ranges"
+            ),
         )
         .await?;
         all.set_consistency(Consistency::LocalQuorum);
         let mut one = prepare(
             &session,
             format!(
-                "SELECT range, home, epoch, moving_from, moved_at FROM {ks}.ranges WHERE range = ?"
+                "SELECT range, home, epoch, moving_from, moved_at, home_since FROM {ks}.ranges WHERE range = ?"
             ),
         )
         .await?;
@@ -91,7 +97,7 @@ impl Ranges {
         .await?);
         let settle = cas(prepare(
             &session,
-            format!("UPDATE {ks}.ranges SET moving_from = null WHERE range = ? IF home = ? AND epoch = ?"),
+            format!("UPDATE {ks}.ranges SET moving_from = null, home_since = ? WHERE range = ? IF home = ? AND epoch = ?"),
         )
         .await?);
         Ok(Self {
@@ -178,24 +184,33 @@ impl Ranges {
         Ok(not_applied(r)?.is_none())
     }
 
-    /// A move's end: `home` may write the range at `epoch`. Returns whether it applied.
-    pub async fn settle(&self, range: i32, home: &str, epoch: i64) -> Result<bool> {
+    /// A move's end: `home` may write the range at `epoch`, from `now_ms` on. Returns
+    /// whether it applied.
+    pub async fn settle(&self, range: i32, home: &str, epoch: i64, now_ms: i64) -> Result<bool> {
         let r = self
             .session
-            .execute_unpaged(&self.settle, (range, home, epoch))
+            .execute_unpaged(&self.settle, (CqlTimestamp(now_ms), range, home, epoch))
             .await?;
         Ok(not_applied(r)?.is_none())
     }
 }
 
-type Row = (i32, String, i64, Option<String>, Option<CqlTimestamp>);
+type Row = (
+    i32,
+    String,
+    i64,
+    Option<String>,
+    Option<CqlTimestamp>,
+    Option<CqlTimestamp>,
+);
 
-fn of((range, home, epoch, moving_from, moved_at): Row) -> RangeRow {
+fn of((range, home, epoch, moving_from, moved_at, home_since): Row) -> RangeRow {
     RangeRow {
         range,
         home,
         epoch,
         moving_from,
         moved_at: moved_at.map(|t| t.0),
+        home_since: home_since.map(|t| t.0),
     }
 }

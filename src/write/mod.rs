@@ -24,6 +24,7 @@ use serde::Serialize;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::hash;
+use crate::records::Home;
 use crate::region::{Route, Routes};
 use crate::runtime::clock::now_ms;
 use crate::schema::v1::{ClientPlatform, Source};
@@ -139,28 +140,7 @@ impl Writer {
         crate::cql::check_clock(&session).await?;
         let store = Arc::new(Stores::prepare(&session, &settings.cql.keyspace).await?);
         store.outbox.init_floors().await?;
-        let ranges = crate::store::ranges::Ranges::prepare(
-            session.clone(),
-            &settings.cql.keyspace,
-            settings.cql.replication.class,
-        )
-        .await?;
-        let routes = match &settings.region.name {
-            Some(region) => Some(Routes::start(Arc::new(ranges), &settings.region, region).await?),
-            None => {
-                // A keyspace with home regions is written only by writers that know theirs:
-                // one without would write every item, its home or not.
-                if !ranges.all().await?.is_empty() {
-                    return Err(Error::Config(
-                        "this keyspace has home regions (`likes region init` ran): set region.name \
-                         to this process's region"
-                            .into(),
-                    ));
-                }
-                crate::region::publish_none();
-                None
-            }
-        };
+        let routes = Routes::for_process(&session, settings).await?;
         // A refusal's series exist from the start, so a rule's increase() sees the first one.
         for reason in ["not_home", "range_closed"] {
             metrics::counter!("likes_api_writes_refused_total", "reason" => reason).increment(0);
@@ -183,6 +163,12 @@ impl Writer {
         &self.events
     }
 
+    /// This writer's view of the range table (None without home regions): the relay beside
+    /// it publishes only what this region homes.
+    pub fn routes(&self) -> Option<&Routes> {
+        self.routes.as_ref()
+    }
+
     /// The whole write path of one request.
     pub async fn write(&self, w: &Write<'_>) -> std::result::Result<WriteAnswer, WriteError> {
         let Write {
@@ -195,9 +181,10 @@ impl Writer {
         } = *w;
         // Only the item's home region writes it, and only on a view of the range table within
         // its lease; the rest fails closed before anything is written.
+        let mut home = Home::default();
         if let Some(routes) = &self.routes {
             match routes.route(item) {
-                Route::Here { .. } => {}
+                Route::Here(h) => home = h,
                 Route::Elsewhere { range, home } => {
                     metrics::counter!("likes_api_writes_refused_total", "reason" => "not_home")
                         .increment(1);
@@ -215,7 +202,9 @@ impl Writer {
                 }
             }
         }
-        let now = now_ms();
+        // A range's flips are stamped no earlier than when it came home here: stage 1 leaves
+        // the flips before that to the previous home (docs/multi-region.md).
+        let now = now_ms().max(home.since_ms);
         let req = Request {
             user,
             item,
@@ -308,7 +297,7 @@ impl Writer {
                     )
                 ));
                 self.events
-                    .publish(item, user, &edge, source)
+                    .publish(item, user, &edge, source, home)
                     .await
                     .map_err(|e| {
                         WriteError::RetryWithSameKey(format!("publishing the event: {e}"))

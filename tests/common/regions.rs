@@ -66,3 +66,14 @@ pub async fn homed_in_a(
     );
     (a, b, topology, session)
 }
+
+/// A move with no recount: for the tests of the range table and the write path, which run
+/// no pipeline (tests/regions.rs's count test recounts).
+pub async fn move_only(
+    settings: &Settings,
+    which: likes::ops::region::Which,
+    to: &str,
+) -> likes::Result<likes::ops::region::MoveReport> {
+    let topology = likes::topology::Topology::load(None).expect("topology");
+    likes::ops::region::r#move(settings, &topology, which, to, false).await
+}

@@ -53,6 +53,7 @@ async fn like_events_round_trip_on_the_murmur2_partition() {
                 prev_event_time_ms: 0,
                 earlier_event_times_ms: vec![],
                 client_platform: likes::schema::v1::ClientPlatform::Ios as i32,
+                home_since_ms: 0,
             }
         })
         .collect();
