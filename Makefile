@@ -131,9 +131,9 @@ test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; star
 	    | tee $(LIKES_CACHE)/test-summary; \
 	  exit $$status
 
-test-regions: up-regions ## The tests against the two-datacenter Cassandra (tests/regions.rs, tests/regions_down.rs)
+test-regions: up-regions ## The tests against the two-datacenter Cassandra (tests/regions.rs, regions_count.rs, regions_down.rs)
 	@stack/prereqs.sh build
-	$(CARGO) test --features likes/failpoints --test regions --test regions_down -- --include-ignored
+	$(CARGO) test --features likes/failpoints --test regions --test regions_count --test regions_down -- --include-ignored
 
 test-unit: ## Only the tests that need no stack (unit tests of the product and the tools; seconds once built)
 	@stack/prereqs.sh build
