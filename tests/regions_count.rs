@@ -135,10 +135,22 @@ fn start_load(
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the two-datacenter cluster: make test-regions"]
-async fn counts_stay_exact_in_both_regions_while_ranges_move_under_load() {
-    let (mut a, mut b, topology, session) = homed_in_a("regions_count").await;
+/// Both regions' APIs (with their relays) on one fresh two-datacenter keyspace, each
+/// forwarding to the other, and the two ranges that move.
+struct Regions {
+    a: Settings,
+    b: Settings,
+    topology: Topology,
+    session: Arc<Session>,
+    apis: [Arc<common::api::Client>; 2],
+    items: Vec<String>,
+    /// Two ranges to region-b, the first of them back.
+    ranges: (i32, i32),
+    stop_relays: CancellationToken,
+}
+
+async fn two_regions(name: &str) -> Regions {
+    let (mut a, mut b, topology, session) = homed_in_a(name).await;
     own_state(&mut a, "a");
     own_state(&mut b, "b");
     let (la, lb) = (
@@ -149,87 +161,122 @@ async fn counts_stay_exact_in_both_regions_while_ranges_move_under_load() {
     a.region.peers = [("region-b".to_string(), url(&lb))].into();
     b.region.peers = [("region-a".to_string(), url(&la))].into();
     let stop_relays = CancellationToken::new();
-    let _stop_relays = stop_relays.clone().drop_guard();
     let api_a = Arc::new(region_api(la, &a, &topology, &stop_relays).await);
     let api_b = Arc::new(region_api(lb, &b, &topology, &stop_relays).await);
-    let mut pipe_a = common::topology::start(&a, &topology);
-    let mut pipe_b = common::topology::start(&b, &topology);
-
-    // Items in every range; two ranges move to region-b, and one of them back.
     let items: Vec<String> = (0..16).map(|i| format!("item-{i}")).collect();
     let range_of = |i: &str| likes::region::range_of(i, 4);
-    let (r1, r2) = (range_of(&items[0]), range_of(&items[1]));
-    let r2 = if r2 == r1 {
-        items
-            .iter()
-            .map(|i| range_of(i))
-            .find(|&r| r != r1)
-            .unwrap()
-    } else {
-        r2
-    };
+    let r1 = range_of(&items[0]);
+    let r2 = items
+        .iter()
+        .map(|i| range_of(i))
+        .find(|&r| r != r1)
+        .unwrap();
+    Regions {
+        a,
+        b,
+        topology,
+        session,
+        apis: [api_a, api_b],
+        items,
+        ranges: (r1, r2),
+        stop_relays,
+    }
+}
+
+impl Regions {
+    /// Moves `ranges` to `to`, with the recount, run with the new home's configuration.
+    async fn move_to(&self, ranges: Vec<i32>, to: &str) -> likes::ops::region::MoveReport {
+        let s = if to == "region-a" { &self.a } else { &self.b };
+        let t = std::time::Instant::now();
+        let report = likes::ops::region::r#move(s, &self.topology, Which::Ranges(ranges), to, true)
+            .await
+            .unwrap_or_else(|e| panic!("move to {to}: {e}"));
+        println!("move to {to} under load: {:?}\n{report}", t.elapsed());
+        assert!(
+            report.recount.as_ref().unwrap().in_flight.is_empty(),
+            "{report}"
+        );
+        report
+    }
+
+    /// Stops the load and returns what the clients were answered, LIKED edges per item.
+    async fn stop_load(
+        &self,
+        stop: Arc<AtomicBool>,
+        workers: Vec<tokio::task::JoinHandle<BTreeMap<String, i64>>>,
+        load: &Load,
+    ) -> BTreeMap<String, i64> {
+        stop.store(true, Ordering::Relaxed);
+        let mut believed: BTreeMap<String, i64> = BTreeMap::new();
+        for w in workers {
+            for (i, n) in w.await.unwrap() {
+                *believed.entry(i).or_default() += n;
+            }
+        }
+        println!(
+            "load: {} requests, by status {:?}",
+            load.sent.load(Ordering::Relaxed),
+            load.by_status.lock().unwrap()
+        );
+        assert!(
+            load.by_status
+                .lock()
+                .unwrap()
+                .get(&200)
+                .copied()
+                .unwrap_or(0)
+                > 100,
+            "too few writes went through to mean anything"
+        );
+        let truth = liked_edges(&self.session, &self.a.cql.keyspace).await;
+        assert!(truth.len() >= 8, "the load liked too little: {truth:?}");
+        assert_eq!(
+            believed, truth,
+            "the edges hold what the clients were answered"
+        );
+        truth
+    }
+
+    async fn teardown(self) {
+        self.stop_relays.cancel();
+        common::topology::teardown(&self.b, &self.topology).await;
+        common::topology::teardown(&self.a, &self.topology).await;
+    }
+}
+
+/// The tests here run both regions' pipelines, and one takes region-b's node down: one at a
+/// time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the two-datacenter cluster: make test-regions"]
+async fn counts_stay_exact_in_both_regions_while_ranges_move_under_load() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let r = two_regions("regions_count").await;
+    let _stop_relays = r.stop_relays.clone().drop_guard();
+    let mut pipe_a = common::topology::start(&r.a, &r.topology);
+    let mut pipe_b = common::topology::start(&r.b, &r.topology);
+    let (r1, r2) = r.ranges;
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = Arc::new(Load::default());
-    let workers = start_load(
-        [api_a.clone(), api_b.clone()],
-        items.clone(),
-        stop.clone(),
-        load.clone(),
-    );
+    let workers = start_load(r.apis.clone(), r.items.clone(), stop.clone(), load.clone());
     tokio::time::sleep(Duration::from_secs(8)).await;
-
-    // To region-b, run with region-b's configuration: its pipeline takes the old home's tail.
-    let t = std::time::Instant::now();
-    let to_b =
-        likes::ops::region::r#move(&b, &topology, Which::Ranges(vec![r1, r2]), "region-b", true)
-            .await
-            .expect("move to region-b");
-    println!(
-        "move of ranges {r1}, {r2} to region-b under load: {:?}\n{to_b}",
-        t.elapsed()
-    );
+    let to_b = r.move_to(vec![r1, r2], "region-b").await;
     assert_eq!(to_b.moved.len(), 2);
-    assert!(
-        to_b.recount.as_ref().unwrap().in_flight.is_empty(),
-        "{to_b}"
-    );
     tokio::time::sleep(Duration::from_secs(8)).await;
-
     // And one back: region-a's stage 1 remembers these edges from before region-b flipped them.
-    let t = std::time::Instant::now();
-    let to_a = likes::ops::region::r#move(&a, &topology, Which::Ranges(vec![r1]), "region-a", true)
-        .await
-        .expect("move back to region-a");
-    println!(
-        "move of range {r1} back to region-a under load: {:?}\n{to_a}",
-        t.elapsed()
-    );
+    let to_a = r.move_to(vec![r1], "region-a").await;
     assert_eq!(to_a.moved, vec![r1]);
     tokio::time::sleep(Duration::from_secs(8)).await;
-
-    stop.store(true, Ordering::Relaxed);
-    let mut believed: BTreeMap<String, i64> = BTreeMap::new();
-    for w in workers {
-        for (i, n) in w.await.unwrap() {
-            *believed.entry(i).or_default() += n;
-        }
-    }
-    println!("the clients believe {believed:?}");
-    println!(
-        "load: {} requests, by status {:?}",
-        load.sent.load(Ordering::Relaxed),
-        load.by_status.lock().unwrap()
-    );
+    let truth = r.stop_load(stop, workers, &load).await;
 
     // Both pipelines settle on the truth, and each region's datacenter reads it.
-    let truth = liked_edges(&session, &a.cql.keyspace).await;
-    assert!(truth.len() >= 8, "the load liked too little: {truth:?}");
     let in_a =
-        common::topology::wait_for_counts(&mut pipe_a, &a, &truth, Duration::from_secs(60)).await;
+        common::topology::wait_for_counts(&mut pipe_a, &r.a, &truth, Duration::from_secs(60)).await;
     pipe_b.check().await;
     let in_b =
-        common::topology::wait_for_counts(&mut pipe_b, &b, &truth, Duration::from_secs(10)).await;
+        common::topology::wait_for_counts(&mut pipe_b, &r.b, &truth, Duration::from_secs(10)).await;
     let (dedupe_a, count_a) = pipe_a.stop().await;
     let (dedupe_b, count_b) = pipe_b.stop().await;
     println!(
@@ -243,17 +290,136 @@ async fn counts_stay_exact_in_both_regions_while_ranges_move_under_load() {
         in_b, truth,
         "counts read in region-b against the LIKED edges"
     );
-    assert!(
-        load.by_status
-            .lock()
-            .unwrap()
-            .get(&200)
-            .copied()
-            .unwrap_or(0)
-            > 100,
-        "too few writes went through to mean anything"
+    r.teardown().await;
+}
+
+/// A region's stages as `likes dedupe` and `likes count` child processes, pinned to its
+/// datacenter like its pods.
+fn region_stages(s: &Settings, dir: &std::path::Path, letter: &str) -> [common::procs::Stage; 2] {
+    let node = if letter == "a" {
+        "127.0.0.2"
+    } else {
+        "127.0.0.3"
+    };
+    let mut env = common::procs::stage_env(s, &dir.join(format!("audit-{letter}.log")));
+    for (k, v) in [
+        ("LIKES__REGION__NAME", s.region.name.clone().unwrap()),
+        ("LIKES__REGION__RANGES", "4".into()),
+        ("LIKES__REGION__LEASE", "1s".into()),
+        ("LIKES__REGION__REFRESH", "200ms".into()),
+        ("LIKES__CQL__NODES", format!("[\"{node}:9042\"]")),
+        (
+            "LIKES__CQL__LOCAL_DATACENTER",
+            s.region.name.clone().unwrap(),
+        ),
+        ("LIKES__CQL__REQUEST_TIMEOUT", "3s".into()),
+    ] {
+        env.push((k.into(), v));
+    }
+    [
+        common::procs::Stage::named("dedupe", &format!("dedupe-{letter}"), env.clone(), dir),
+        common::procs::Stage::named("count", &format!("count-{letter}"), env, dir),
+    ]
+}
+
+/// Starts the regions' nodes again when dropped, so a failing test leaves them running.
+struct RegionsUpOnDrop;
+
+impl Drop for RegionsUpOnDrop {
+    fn drop(&mut self) {
+        let _ = likes_support::stack::up_regions(&likes_support::stack::script());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the two-datacenter cluster: make test-regions"]
+async fn counts_stay_exact_when_either_regions_stages_and_node_die_during_moves() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let r = two_regions("regions_kill").await;
+    let _stop_relays = r.stop_relays.clone().drop_guard();
+    let dir = std::env::temp_dir().join(format!("likes-test-{}", r.a.cql.keyspace));
+    std::fs::create_dir_all(&dir).unwrap();
+    let [mut dedupe_a, mut count_a] = region_stages(&r.a, &dir, "a");
+    let [mut dedupe_b, mut count_b] = region_stages(&r.b, &dir, "b");
+    for s in [&mut dedupe_a, &mut count_a, &mut dedupe_b, &mut count_b] {
+        s.start();
+    }
+    let (r1, r2) = r.ranges;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = Arc::new(Load::default());
+    let workers = start_load(r.apis.clone(), r.items.clone(), stop.clone(), load.clone());
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    // The old home's count dies inside the move's fence; the new home's stage 1 right after.
+    let to_b = {
+        let mover = r.move_to(vec![r1, r2], "region-b");
+        let kills = async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            count_a.kill9();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            count_a.start();
+        };
+        let (report, ()) = tokio::join!(mover, kills);
+        report
+    };
+    assert_eq!(to_b.moved.len(), 2);
+    dedupe_b.kill9();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    dedupe_b.start();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    // Region-b's Cassandra node dies: no conditional write anywhere (they need both
+    // datacenters), region-b's views of the range table run out; then it comes back.
+    let _up = RegionsUpOnDrop;
+    likes_support::stack::kill9(&likes_support::stack::dir(), "cassandra-region-b").unwrap();
+    println!("cassandra-region-b killed");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    likes_support::stack::up_regions(&likes_support::stack::script()).unwrap();
+    println!("cassandra-region-b back");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    // One range back, with the old home's count and the new home's stage 1 killed inside it.
+    let to_a = {
+        let mover = r.move_to(vec![r1], "region-a");
+        let kills = async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            count_b.kill9();
+            dedupe_a.kill9();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            count_b.start();
+            dedupe_a.start();
+        };
+        let (report, ()) = tokio::join!(mover, kills);
+        report
+    };
+    assert_eq!(to_a.moved, vec![r1]);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let truth = r.stop_load(stop, workers, &load).await;
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let (mut in_a, mut in_b);
+    loop {
+        for s in [&mut dedupe_a, &mut count_a, &mut dedupe_b, &mut count_b] {
+            s.assert_alive();
+        }
+        in_a = common::topology::nonzero(&common::topology::counts(&r.a).await);
+        in_b = common::topology::nonzero(&common::topology::counts(&r.b).await);
+        if (in_a == truth && in_b == truth) || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for s in [&mut dedupe_a, &mut count_a, &mut dedupe_b, &mut count_b] {
+        s.stop();
+    }
+    assert_eq!(
+        in_a, truth,
+        "counts read in region-a against the LIKED edges"
     );
-    stop_relays.cancel();
-    common::topology::teardown(&b, &topology).await;
-    common::topology::teardown(&a, &topology).await;
+    assert_eq!(
+        in_b, truth,
+        "counts read in region-b against the LIKED edges"
+    );
+    r.teardown().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
