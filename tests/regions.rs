@@ -197,6 +197,22 @@ async fn a_move_fences_the_old_home_before_the_new_one_writes() {
     let (st, body) = api_a.like("u-first", item, "k-first-a").await;
     assert_eq!(st, 200, "{body}");
 
+    // A misspelt region is refused before anything moves.
+    let err = likes::ops::region::r#move(
+        &a,
+        &topology,
+        likes::ops::region::Which::Ranges(vec![range]),
+        "regoin-b",
+        false,
+    )
+    .await
+    .err()
+    .expect("a move to a region nobody knows");
+    assert!(
+        err.to_string().contains("no region named \"regoin-b\""),
+        "{err}"
+    );
+
     // The move, with both regions writing the item all along.
     let fence = likes::ops::region::fence(&a);
     let t0 = std::time::Instant::now();

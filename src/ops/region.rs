@@ -260,6 +260,18 @@ pub async fn r#move(
             "no range table yet: `likes region init --home <region>` first".into(),
         ));
     }
+    // A misspelt region would be a home no API serves: the regions known are those that home
+    // a range, this configuration's own and its peers.
+    let mut known: std::collections::BTreeSet<&str> =
+        rows.iter().map(|r| r.home.as_str()).collect();
+    known.extend(settings.region.name.as_deref());
+    known.extend(settings.region.peers.keys().map(String::as_str));
+    if !known.contains(to) {
+        return Err(Error::Config(format!(
+            "no region named {to:?}: the regions known here are {known:?} (the ranges' homes, \
+             region.name and region.peers); run the move with the new region's configuration"
+        )));
+    }
     let targets: Vec<i32> = match which {
         Which::Ranges(r) => r,
         // Its ranges, and those a killed run of this move bumped and left unsettled.

@@ -75,5 +75,8 @@ pub async fn move_only(
     to: &str,
 ) -> likes::Result<likes::ops::region::MoveReport> {
     let topology = likes::topology::Topology::load(None).expect("topology");
-    likes::ops::region::r#move(settings, &topology, which, to, false).await
+    // As the runbook says: with the new home's configuration (its region.name).
+    let mut s = settings.clone();
+    s.region.name = Some(to.to_string());
+    likes::ops::region::r#move(&s, &topology, which, to, false).await
 }
