@@ -486,3 +486,80 @@ async fn a_write_at_another_region_is_forwarded_to_the_home_with_its_key() {
         .query_unpaged(format!("DROP KEYSPACE {}", a.cql.keyspace), ())
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the two-datacenter cluster: make test-regions"]
+async fn an_erasure_is_done_once_each_region_has_taken_back_the_likes_of_its_items() {
+    let (a, b, topology, session) = homed_in_a("regions_erase").await;
+    // One item homed in each region.
+    let item_a = "erase-item-a";
+    let r_a = likes::region::range_of(item_a, 4);
+    let item_b = (0..)
+        .map(|i| format!("erase-item-b{i}"))
+        .find(|i| likes::region::range_of(i, 4) != r_a)
+        .unwrap();
+    let r_b = likes::region::range_of(&item_b, 4);
+    common::regions::move_only(&a, likes::ops::region::Which::Ranges(vec![r_b]), "region-b")
+        .await
+        .expect("move");
+    tokio::time::sleep(a.region.refresh * 3).await;
+    let (api_a, api_b) = (
+        region_api(&a, &topology).await,
+        region_api(&b, &topology).await,
+    );
+    let user = "leaving-user";
+    assert_eq!(api_a.like(user, item_a, "k-a").await.0, 200);
+    assert_eq!(api_b.like(user, &item_b, "k-b").await.0, 200);
+    let edges = likes::store::edges::Edges::prepare(session.clone(), &a.cql.keyspace)
+        .await
+        .unwrap();
+    let liked = |item: String| {
+        let edges = &edges;
+        async move {
+            let bucket = likes::hash::bucket_of(user, topology.buckets) as i32;
+            edges
+                .read(&item, bucket, user)
+                .await
+                .unwrap()
+                .is_some_and(|e| e.liked)
+        }
+    };
+
+    // Region-a's job takes back region-a's like and leaves region-b's to region-b.
+    let job_a = likes::ops::erase::Eraser::connect(&a, &topology)
+        .await
+        .unwrap();
+    let report = likes::ops::erase::run(&job_a, Some(user)).await.unwrap();
+    println!("{report}");
+    let id = report.erasures[0].id.clone();
+    assert_eq!(report.erasures[0].state, "unliking", "{report}");
+    assert_eq!(
+        report.left,
+        vec![(id.clone(), 1, ["region-b".to_string()].into())],
+        "{report}"
+    );
+    assert!(
+        !liked(item_a.to_string()).await,
+        "region-a's like taken back"
+    );
+    assert!(
+        liked(item_b.clone()).await,
+        "region-b's like is region-b's to take back"
+    );
+    // The user can write nowhere any more.
+    assert_eq!(api_b.like(user, &item_b, "k-b2").await.0, 403);
+
+    // Region-b's job takes back the rest, and its walk finds nothing left: done.
+    let job_b = likes::ops::erase::Eraser::connect(&b, &topology)
+        .await
+        .unwrap();
+    let report = likes::ops::erase::run(&job_b, None).await.unwrap();
+    println!("{report}");
+    let e = report.erasures.iter().find(|e| e.id == id).unwrap();
+    assert_eq!(e.state, "unliked", "{report}");
+    assert!(report.left.is_empty(), "{report}");
+    assert!(!liked(item_b.clone()).await, "region-b's like taken back");
+    let _ = session
+        .query_unpaged(format!("DROP KEYSPACE {}", a.cql.keyspace), ())
+        .await;
+}

@@ -19,6 +19,11 @@
 //!
 //! From the moment the erasure is requested the API refuses the user's writes (403): a
 //! session token can outlive its account (`erased_users`, store/erasures.rs).
+//!
+//! **With home regions** each region's job unlikes the likes of the items it homes, and
+//! leaves a like of another region's item to that region's job (a write there goes through
+//! its home, docs/multi-region.md). A walk that left any starts over at the next run; the
+//! erasure is unliked once a walk, in any region, finds no like of the user left.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +48,8 @@ const CONCURRENCY: usize = 32;
 #[derive(Debug, Default)]
 pub struct EraseReport {
     pub erasures: Vec<Erasure>,
+    /// Per erasure, the likes its walk left to their items' home regions, and those regions.
+    pub left: Vec<(String, u64, std::collections::BTreeSet<String>)>,
 }
 
 impl std::fmt::Display for EraseReport {
@@ -60,6 +67,12 @@ impl std::fmt::Display for EraseReport {
                 } else {
                     ""
                 }
+            )?;
+        }
+        for (id, n, homes) in &self.left {
+            writeln!(
+                f,
+                "{id}  {n} likes left to the items' home regions {homes:?}: run `likes erase` there (this walk starts over next time)"
             )?;
         }
         write!(f, "{} erasure(s) worked", self.erasures.len())
@@ -143,13 +156,32 @@ pub async fn run(job: &Eraser, user: Option<&str>) -> Result<EraseReport> {
     let pace = Pace::new(job.rate);
     let mut report = EraseReport::default();
     for e in queue {
-        let e = work(job, &pace, e).await?;
+        let mut left = Left::default();
+        let e = work(job, &pace, e, &mut left).await?;
+        if left.likes > 0 {
+            report.left.push((e.id.clone(), left.likes, left.homes));
+        }
         report.erasures.push(e);
     }
     Ok(report)
 }
 
-async fn work(job: &Eraser, pace: &Pace, mut e: Erasure) -> Result<Erasure> {
+/// The likes a walk left to other regions (with home regions).
+#[derive(Default)]
+struct Left {
+    likes: u64,
+    homes: std::collections::BTreeSet<String>,
+}
+
+/// What one unlike did.
+enum Unlike {
+    /// Whether this request flipped the edge (false: not liked, or a replay).
+    Done(bool),
+    /// LIKED, and its item homed by another region: that region's job unlikes it.
+    LeftTo(String),
+}
+
+async fn work(job: &Eraser, pace: &Pace, mut e: Erasure, left: &mut Left) -> Result<Erasure> {
     let store = &job.store().erasures;
     let Some(user) = e.user_id.clone() else {
         return Ok(e);
@@ -166,7 +198,7 @@ async fn work(job: &Eraser, pace: &Pace, mut e: Erasure) -> Result<Erasure> {
             let Some(last) = items.last().cloned() else {
                 break;
             };
-            let results: Vec<Result<bool>> = stream::iter(&items)
+            let results: Vec<Result<Unlike>> = stream::iter(&items)
                 .map(|item| {
                     let (user, id) = (&user, &e.id);
                     async move {
@@ -178,7 +210,13 @@ async fn work(job: &Eraser, pace: &Pace, mut e: Erasure) -> Result<Erasure> {
                 .collect()
                 .await;
             for r in results {
-                e.unliked += i64::from(r?);
+                match r? {
+                    Unlike::Done(flipped) => e.unliked += i64::from(flipped),
+                    Unlike::LeftTo(home) => {
+                        left.likes += 1;
+                        left.homes.insert(home);
+                    }
+                }
             }
             e.walked += items.len() as i64;
             e.cursor = Some(last);
@@ -189,6 +227,14 @@ async fn work(job: &Eraser, pace: &Pace, mut e: Erasure) -> Result<Erasure> {
             )));
         }
         progress.finish();
+        if left.likes > 0 {
+            // Not done until a walk finds none: the next run, here or there, walks again.
+            warn!(id = %e.id, left = left.likes, homes = ?left.homes, "erase: likes of items homed in other regions are left to their jobs; this walk starts over at the next run");
+            e.cursor = None;
+            e.walked = 0;
+            store.checkpoint(&e, now_ms()).await?;
+            return Ok(e);
+        }
         store.mark_unliked(&e.id, now_ms()).await?;
         e = store.get(&e.id).await?.unwrap_or(e);
         info!(id = %e.id, walked = e.walked, unliked = e.unliked, "erase: every like taken back");
@@ -210,19 +256,29 @@ async fn work(job: &Eraser, pace: &Pace, mut e: Erasure) -> Result<Erasure> {
 /// the like it takes back (`<erasure id>-<op_id>`): a retry of this unlike replays, and a
 /// like made again later is a new op, taken back by a new request rather than answered by
 /// the old one's replay.
-async fn unlike(job: &Eraser, user: &str, item: &str, id: &str) -> Result<bool> {
+async fn unlike(job: &Eraser, user: &str, item: &str, id: &str) -> Result<Unlike> {
     let Some(edge) = job.store().edges.read(item, job.bucket(user), user).await? else {
-        return Ok(false);
+        return Ok(Unlike::Done(false));
     };
     if !edge.liked {
-        return Ok(false);
+        return Ok(Unlike::Done(false));
     }
     let key = format!("{id}-{}", edge.op_id);
     let write = Write {
         source: Source::Erasure,
         ..Write::by_user(user, item, false, &key)
     };
-    let answer = job.writer.write(&write).await.map_err(|e| match e {
+    let answer = match job.writer.write(&write).await {
+        Ok(answer) => answer,
+        Err(WriteError::NotHome { home, .. }) => return Ok(Unlike::LeftTo(home)),
+        Err(e) => return Err(unlike_error(e, item, id)),
+    };
+    Ok(Unlike::Done(answer.changed))
+}
+
+/// An unlike's failure as the job's error: what to retry, and what to stop on.
+fn unlike_error(e: WriteError, item: &str, id: &str) -> Error {
+    match e {
         WriteError::Dependency(e) => e,
         // Its deadline or a contended edge: the next run replays or finishes it.
         WriteError::RetryWithSameKey(m) => {
@@ -232,15 +288,10 @@ async fn unlike(job: &Eraser, user: &str, item: &str, id: &str) -> Result<bool> 
         WriteError::RangeClosed(m) => {
             Error::CqlTransient(format!("unliking {item} for erasure {id}: {m}"))
         }
-        // Multi-region erasure (each unlike at its item's home) is not built yet.
-        e @ WriteError::NotHome { .. } => {
-            Error::Config(format!("unliking {item} for erasure {id}: {e}"))
-        }
         // Neither can happen to an operator's unlike (its keys are its own, and the erasure
         // check is for users' sessions); if one does, the edge moved under the job.
         other => Error::Raced(format!("unliking {item} for erasure {id}: {other}")),
-    })?;
-    Ok(answer.changed)
+    }
 }
 
 async fn purge(job: &Eraser, e: &Erasure, user: &str) -> Result<()> {
@@ -258,9 +309,18 @@ async fn purge(job: &Eraser, e: &Erasure, user: &str) -> Result<()> {
         }
         items.extend(page);
     }
-    let mut relikes = 0;
+    let (mut relikes, mut elsewhere) = (0, 0);
     for item in &items {
-        relikes += i64::from(unlike(job, user, item, &e.id).await?);
+        match unlike(job, user, item, &e.id).await? {
+            Unlike::Done(flipped) => relikes += i64::from(flipped),
+            Unlike::LeftTo(_) => elsewhere += 1,
+        }
+    }
+    if elsewhere > 0 {
+        // Liked again at another region's item: its job takes it back, then a purge here or
+        // there goes on.
+        warn!(id = %e.id, elsewhere, "erase: likes of items homed in other regions were made after the walk; the purge waits for their jobs");
+        return Ok(());
     }
     if relikes > 0 {
         warn!(id = %e.id, relikes, "erase: likes made after the walk were taken back; the purge waits again");
