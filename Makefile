@@ -13,7 +13,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
+.PHONY: demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -134,6 +134,15 @@ test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; star
 test-regions: up-regions ## The tests against the two-datacenter Cassandra (tests/regions.rs, regions_count.rs, regions_down.rs)
 	@stack/prereqs.sh build
 	$(CARGO) test --features likes/failpoints --test regions --test regions_count --test regions_down -- --include-ignored
+
+# `make chaos-regions RUNS=10 SEED=1`: the two-region fault run (tests/regions_count.rs) for seeds SEED..SEED+RUNS-1.
+chaos-regions: up-regions ## Moves under kill -9 of either region's stages and Cassandra nodes, one run per seed (RUNS, SEED)
+	@stack/prereqs.sh build
+	@for seed in $$(seq $(SEED) $$(( $(SEED) + $(RUNS) - 1 ))); do \
+	  echo "chaos-regions: seed $$seed"; \
+	  LIKES_REGIONS_SEED=$$seed $(CARGO) test --features likes/failpoints --test regions_count -- --include-ignored --exact \
+	    counts_stay_exact_when_either_regions_stages_and_nodes_die_during_moves --nocapture || exit 1; \
+	done
 
 test-unit: ## Only the tests that need no stack (unit tests of the product and the tools; seconds once built)
 	@stack/prereqs.sh build

@@ -98,9 +98,12 @@ impl Routes {
         )
         .await?;
         match &settings.region.name {
-            Some(region) => Ok(Some(
-                Self::start(Arc::new(ranges), &settings.region, region).await?,
-            )),
+            Some(region) => {
+                refuse_a_longer_fence(session, settings).await?;
+                Ok(Some(
+                    Self::start(Arc::new(ranges), &settings.region, region).await?,
+                ))
+            }
             None => {
                 if !ranges.all().await?.is_empty() {
                     return Err(Error::Config(
@@ -147,6 +150,30 @@ impl Routes {
                 since_ms: row.home_since.unwrap_or(0),
             }),
         }
+    }
+}
+
+/// How long a move waits after its bump before the new home may write: a writer's lease,
+/// then its write's deadline, then one CQL timeout (a compare-and-set abandoned at its
+/// deadline may still run that long).
+pub fn fence(settings: &Settings) -> Duration {
+    settings.region.lease + settings.api.write_deadline + settings.cql.request_timeout
+}
+
+/// A move waits the fence recorded at `likes region init`. A process whose lease, write
+/// deadline and CQL timeout add up to more could still be writing when the new home starts,
+/// so it is refused at start.
+async fn refuse_a_longer_fence(session: &Session, settings: &Settings) -> Result<()> {
+    let own = fence(settings);
+    let recorded = crate::store::recorded::region_fence(session, &settings.cql.keyspace).await?;
+    match recorded {
+        Some(ms) if (own.as_millis() as i64) > ms => Err(Error::Config(format!(
+            "region.lease + api.write_deadline + cql.request_timeout = {own:?} is longer than the \
+             fence a move waits ({ms} ms, recorded by `likes region init`): a move would not wait \
+             out this process's writes. Shorten them, or run `likes region init` with this \
+             configuration to lengthen the fence"
+        ))),
+        _ => Ok(()),
     }
 }
 

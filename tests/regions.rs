@@ -155,16 +155,7 @@ async fn serve_on(
     settings: &Settings,
     topology: &likes::topology::Topology,
 ) -> common::api::Client {
-    let app = likes::api::App::connect(settings, topology)
-        .await
-        .expect("api");
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, likes::api::router(app)).await });
-    common::api::Client {
-        http: reqwest::Client::new(),
-        base: url,
-        signer: likes::api::auth::Signer::new(common::api::KEY.as_bytes()),
-    }
+    common::regions::serve(listener, settings, topology, None).await
 }
 
 /// One write's outcome, timed from the move's start.
@@ -196,6 +187,16 @@ async fn a_move_fences_the_old_home_before_the_new_one_writes() {
     );
     let (st, body) = api_a.like("u-first", item, "k-first-a").await;
     assert_eq!(st, 200, "{body}");
+
+    // A writer whose lease, deadline and CQL timeout outlast the fence the init recorded is
+    // refused at start: a move would not wait out its writes.
+    let mut long = a.clone();
+    long.region.lease = Duration::from_secs(10);
+    let err = likes::api::App::connect(&long, &topology)
+        .await
+        .err()
+        .expect("a writer with a longer lease than the fence");
+    assert!(err.to_string().contains("longer than the fence"), "{err}");
 
     // A misspelt region is refused before anything moves.
     let err = likes::ops::region::r#move(

@@ -22,40 +22,6 @@ use likes::runtime::shutdown::CancellationToken;
 use likes::topology::Topology;
 use scylla::client::session::Session;
 
-/// One region's API (and the relay beside it, as `likes api` runs it) on `listener`.
-async fn region_api(
-    listener: tokio::net::TcpListener,
-    settings: &Settings,
-    topology: &Topology,
-    stop: &CancellationToken,
-) -> common::api::Client {
-    let app = likes::api::App::connect(settings, topology)
-        .await
-        .expect("api");
-    let relay = likes::relay::Relay::prepare(
-        app.session.clone(),
-        app.events.clone(),
-        app.writer.routes().cloned(),
-        settings,
-        topology,
-    )
-    .await
-    .expect("relay");
-    tokio::spawn(likes::relay::run(
-        Arc::new(relay),
-        Duration::from_secs(1),
-        settings.api.relay_min_age,
-        stop.clone(),
-    ));
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, likes::api::router(app)).await });
-    common::api::Client {
-        http: reqwest::Client::new(),
-        base: url,
-        signer: likes::api::auth::Signer::new(common::api::KEY.as_bytes()),
-    }
-}
-
 /// Each region's stage 1 keeps its own local state, as its own pods would.
 fn own_state(s: &mut Settings, letter: &str) {
     s.dedupe.state_dir =
@@ -161,8 +127,8 @@ async fn two_regions(name: &str) -> Regions {
     a.region.peers = [("region-b".to_string(), url(&lb))].into();
     b.region.peers = [("region-a".to_string(), url(&la))].into();
     let stop_relays = CancellationToken::new();
-    let api_a = Arc::new(region_api(la, &a, &topology, &stop_relays).await);
-    let api_b = Arc::new(region_api(lb, &b, &topology, &stop_relays).await);
+    let api_a = Arc::new(common::regions::serve(la, &a, &topology, Some(&stop_relays)).await);
+    let api_b = Arc::new(common::regions::serve(lb, &b, &topology, Some(&stop_relays)).await);
     let items: Vec<String> = (0..16).map(|i| format!("item-{i}")).collect();
     let range_of = |i: &str| likes::region::range_of(i, 4);
     let r1 = range_of(&items[0]);
@@ -244,6 +210,22 @@ impl Regions {
     }
 }
 
+/// Counts read in each region's datacenter against the LIKED edges.
+fn assert_counts(
+    in_a: &BTreeMap<String, i64>,
+    in_b: &BTreeMap<String, i64>,
+    truth: &BTreeMap<String, i64>,
+) {
+    assert_eq!(
+        in_a, truth,
+        "counts read in region-a against the LIKED edges"
+    );
+    assert_eq!(
+        in_b, truth,
+        "counts read in region-b against the LIKED edges"
+    );
+}
+
 /// The tests here run both regions' pipelines, and one takes region-b's node down: one at a
 /// time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -282,14 +264,7 @@ async fn counts_stay_exact_in_both_regions_while_ranges_move_under_load() {
     println!(
         "region-a: stage 1 {dedupe_a:?}\n  stage 2 {count_a:?}\nregion-b: stage 1 {dedupe_b:?}\n  stage 2 {count_b:?}"
     );
-    assert_eq!(
-        in_a, truth,
-        "counts read in region-a against the LIKED edges"
-    );
-    assert_eq!(
-        in_b, truth,
-        "counts read in region-b against the LIKED edges"
-    );
+    assert_counts(&in_a, &in_b, &truth);
     r.teardown().await;
 }
 
@@ -331,17 +306,69 @@ impl Drop for RegionsUpOnDrop {
     }
 }
 
+/// The seed of the fault schedule (`LIKES_REGIONS_SEED`, else 1): `make chaos-regions RUNS=N`
+/// runs seeds 1 to N.
+fn seed() -> u64 {
+    std::env::var("LIKES_REGIONS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+impl Regions {
+    /// A move as an operator runs it while a region misbehaves: run again while it refuses
+    /// with a retryable reason (a datacenter that does not answer), up to 3 minutes.
+    async fn move_retrying(&self, ranges: Vec<i32>, to: &str) -> likes::ops::region::MoveReport {
+        let s = if to == "region-a" { &self.a } else { &self.b };
+        let t = std::time::Instant::now();
+        loop {
+            match likes::ops::region::r#move(
+                s,
+                &self.topology,
+                Which::Ranges(ranges.clone()),
+                to,
+                true,
+            )
+            .await
+            {
+                Ok(report) => {
+                    println!("move to {to} under faults: {:?}\n{report}", t.elapsed());
+                    assert!(
+                        report.recount.as_ref().unwrap().in_flight.is_empty(),
+                        "{report}"
+                    );
+                    return report;
+                }
+                Err(e) if e.is_retryable() && t.elapsed() < Duration::from_secs(180) => {
+                    println!(
+                        "move to {to} refused after {:?}, run again: {e}",
+                        t.elapsed()
+                    );
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                }
+                Err(e) => panic!("move to {to}: {e}"),
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the two-datacenter cluster: make test-regions"]
-async fn counts_stay_exact_when_either_regions_stages_and_node_die_during_moves() {
+async fn counts_stay_exact_when_either_regions_stages_and_nodes_die_during_moves() {
+    use rand::{Rng, SeedableRng};
     let _one = ONE_AT_A_TIME.lock().await;
+    let seed = seed();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let r = two_regions("regions_kill").await;
     let _stop_relays = r.stop_relays.clone().drop_guard();
+    let _up = RegionsUpOnDrop;
     let dir = std::env::temp_dir().join(format!("likes-test-{}", r.a.cql.keyspace));
     std::fs::create_dir_all(&dir).unwrap();
-    let [mut dedupe_a, mut count_a] = region_stages(&r.a, &dir, "a");
-    let [mut dedupe_b, mut count_b] = region_stages(&r.b, &dir, "b");
-    for s in [&mut dedupe_a, &mut count_a, &mut dedupe_b, &mut count_b] {
+    let [dedupe_a, count_a] = region_stages(&r.a, &dir, "a");
+    let [dedupe_b, count_b] = region_stages(&r.b, &dir, "b");
+    let mut stages = [dedupe_a, count_a, dedupe_b, count_b];
+    let labels = ["dedupe-a", "count-a", "dedupe-b", "count-b"];
+    for s in &mut stages {
         s.start();
     }
     let (r1, r2) = r.ranges;
@@ -350,56 +377,56 @@ async fn counts_stay_exact_when_either_regions_stages_and_node_die_during_moves(
     let workers = start_load(r.apis.clone(), r.items.clone(), stop.clone(), load.clone());
     tokio::time::sleep(Duration::from_secs(6)).await;
 
-    // The old home's count dies inside the move's fence; the new home's stage 1 right after.
-    let to_b = {
-        let mover = r.move_to(vec![r1, r2], "region-b");
+    // Three moves (two ranges to region-b, one back, the other back), each with one or two
+    // stages of either region killed -9 inside it; between moves, now and then, a region's
+    // Cassandra node killed -9 and started again.
+    let mut faults = Vec::new();
+    for (ranges, to) in [
+        (vec![r1, r2], "region-b"),
+        (vec![r1], "region-a"),
+        (vec![r2], "region-a"),
+    ] {
+        let mut victims: Vec<usize> = (0..4).collect();
+        victims.retain(|_| rng.random_bool(0.5));
+        if victims.is_empty() {
+            victims.push(rng.random_range(0..4));
+        }
+        let at = Duration::from_millis(rng.random_range(500..5000));
+        let down = Duration::from_millis(rng.random_range(500..3000));
+        faults.push(format!(
+            "move to {to}: kill -9 {:?} at {at:?} for {down:?}",
+            victims.iter().map(|&v| labels[v]).collect::<Vec<_>>()
+        ));
+        let mover = r.move_retrying(ranges, to);
+        let stages = &mut stages;
         let kills = async {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            count_a.kill9();
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            count_a.start();
+            tokio::time::sleep(at).await;
+            for &v in &victims {
+                stages[v].kill9();
+            }
+            tokio::time::sleep(down).await;
+            for &v in &victims {
+                stages[v].start();
+            }
         };
-        let (report, ()) = tokio::join!(mover, kills);
-        report
-    };
-    assert_eq!(to_b.moved.len(), 2);
-    dedupe_b.kill9();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    dedupe_b.start();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-
-    // Region-b's Cassandra node dies: no conditional write anywhere (they need both
-    // datacenters), region-b's views of the range table run out; then it comes back.
-    let _up = RegionsUpOnDrop;
-    likes_support::stack::kill9(&likes_support::stack::dir(), "cassandra-region-b").unwrap();
-    println!("cassandra-region-b killed");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    likes_support::stack::up_regions(&likes_support::stack::script()).unwrap();
-    println!("cassandra-region-b back");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-
-    // One range back, with the old home's count and the new home's stage 1 killed inside it.
-    let to_a = {
-        let mover = r.move_to(vec![r1], "region-a");
-        let kills = async {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            count_b.kill9();
-            dedupe_a.kill9();
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            count_b.start();
-            dedupe_a.start();
-        };
-        let (report, ()) = tokio::join!(mover, kills);
-        report
-    };
-    assert_eq!(to_a.moved, vec![r1]);
-    tokio::time::sleep(Duration::from_secs(6)).await;
+        tokio::join!(mover, kills);
+        if rng.random_bool(0.5) {
+            let node = ["cassandra-region-a", "cassandra-region-b"][rng.random_range(0..2)];
+            let down = Duration::from_millis(rng.random_range(3000..8000));
+            faults.push(format!("kill -9 {node} for {down:?}"));
+            likes_support::stack::kill9(&likes_support::stack::dir(), node).unwrap();
+            tokio::time::sleep(down).await;
+            likes_support::stack::up_regions(&likes_support::stack::script()).unwrap();
+        }
+        tokio::time::sleep(Duration::from_secs(4)).await;
+    }
+    println!("seed {seed}: {faults:#?}");
     let truth = r.stop_load(stop, workers, &load).await;
 
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     let (mut in_a, mut in_b);
     loop {
-        for s in [&mut dedupe_a, &mut count_a, &mut dedupe_b, &mut count_b] {
+        for s in &mut stages {
             s.assert_alive();
         }
         in_a = common::topology::nonzero(&common::topology::counts(&r.a).await);
@@ -409,17 +436,10 @@ async fn counts_stay_exact_when_either_regions_stages_and_node_die_during_moves(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    for s in [&mut dedupe_a, &mut count_a, &mut dedupe_b, &mut count_b] {
+    for s in &mut stages {
         s.stop();
     }
-    assert_eq!(
-        in_a, truth,
-        "counts read in region-a against the LIKED edges"
-    );
-    assert_eq!(
-        in_b, truth,
-        "counts read in region-b against the LIKED edges"
-    );
+    assert_counts(&in_a, &in_b, &truth);
     r.teardown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

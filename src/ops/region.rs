@@ -88,6 +88,13 @@ pub async fn init(settings: &Settings, home: &str) -> Result<InitReport> {
         }
     }
     crate::store::recorded::record_region_ranges(&session, ks, n as i64).await?;
+    // The fence every move waits: never shorter than what a process of this configuration
+    // needs, nor than what an earlier init recorded.
+    let own = fence(settings).as_millis() as i64;
+    let recorded = crate::store::recorded::region_fence(&session, ks).await?;
+    if recorded.is_none_or(|r| r < own) {
+        crate::store::recorded::record_region_fence(&session, ks, own).await?;
+    }
     Ok(InitReport {
         created,
         existing,
@@ -229,10 +236,7 @@ pub enum Which {
     From(String),
 }
 
-/// How long a move waits after its bump before the new home may write.
-pub fn fence(settings: &Settings) -> Duration {
-    settings.region.lease + settings.api.write_deadline + settings.cql.request_timeout
-}
+pub use crate::region::fence;
 
 /// Moves `which` ranges to `to`. With `recount`, the move runs with the new home's
 /// configuration (`region.name` = `to`: its Kafka carries the corrections) and its pipeline
@@ -253,7 +257,7 @@ pub async fn r#move(
             settings.region.name.as_deref().unwrap_or("unset")
         )));
     }
-    let (_session, ranges) = connect(settings).await?;
+    let (session, ranges) = connect(settings).await?;
     let rows = ranges.all().await.map_err(unreachable)?;
     if rows.is_empty() {
         return Err(Error::Config(
@@ -303,7 +307,13 @@ pub async fn r#move(
         }
     }
     if !bumped.is_empty() {
-        let wait = fence(settings);
+        // The longer of this configuration's fence and the one recorded at init, which every
+        // writer's is checked against at its start.
+        let recorded = crate::store::recorded::region_fence(&session, &settings.cql.keyspace)
+            .await
+            .map_err(unreachable)?
+            .unwrap_or(0);
+        let wait = fence(settings).max(Duration::from_millis(recorded.max(0) as u64));
         info!(ranges = bumped.len(), wait = ?wait, "fence: waiting out the old home's lease and its writes in flight");
         tokio::time::sleep(wait).await;
     }

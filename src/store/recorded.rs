@@ -40,6 +40,19 @@ pub async fn region_ranges(session: &Session, ks: &str) -> Result<Option<i64>> {
     Ok(value(session, ks, REGION_RANGES).await?.flatten())
 }
 
+/// The fence a move waits (ms): the longest `region.lease` + `api.write_deadline` +
+/// `cql.request_timeout` any `likes region init` was run with. A process with a longer one is
+/// refused at start: a move would not wait out its writes (docs/multi-region.md).
+const REGION_FENCE_MS: &str = "region_fence_ms";
+
+pub async fn record_region_fence(session: &Session, ks: &str, ms: i64) -> Result<()> {
+    put(session, ks, REGION_FENCE_MS, ms).await
+}
+
+pub async fn region_fence(session: &Session, ks: &str) -> Result<Option<i64>> {
+    Ok(value(session, ks, REGION_FENCE_MS).await?.flatten())
+}
+
 /// One record by name: None without a row, Some(None) for a row without a value.
 async fn value(session: &Session, ks: &str, name: &str) -> Result<Option<Option<i64>>> {
     let rows = session

@@ -80,3 +80,40 @@ pub async fn move_only(
     s.region.name = Some(to.to_string());
     likes::ops::region::r#move(&s, &topology, which, to, false).await
 }
+
+/// One region's API on `listener`, in this process, on the shared two-datacenter keyspace;
+/// with `relay`, the relay beside it (as `likes api` runs it) until that token is cancelled.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    settings: &Settings,
+    topology: &likes::topology::Topology,
+    relay: Option<&likes::runtime::shutdown::CancellationToken>,
+) -> super::api::Client {
+    let app = likes::api::App::connect(settings, topology)
+        .await
+        .expect("api");
+    if let Some(stop) = relay {
+        let relay = likes::relay::Relay::prepare(
+            app.session.clone(),
+            app.events.clone(),
+            app.writer.routes().cloned(),
+            settings,
+            topology,
+        )
+        .await
+        .expect("relay");
+        tokio::spawn(likes::relay::run(
+            Arc::new(relay),
+            Duration::from_secs(1),
+            settings.api.relay_min_age,
+            stop.clone(),
+        ));
+    }
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, likes::api::router(app)).await });
+    super::api::Client {
+        http: reqwest::Client::new(),
+        base: url,
+        signer: likes::api::auth::Signer::new(super::api::KEY.as_bytes()),
+    }
+}
