@@ -288,6 +288,8 @@ fn region_stages(s: &Settings, dir: &std::path::Path, letter: &str) -> [common::
             s.region.name.clone().unwrap(),
         ),
         ("LIKES__CQL__REQUEST_TIMEOUT", "3s".into()),
+        // The fence `likes region init` recorded is the test's 6 s: lease, deadline, timeout.
+        ("LIKES__API__WRITE_DEADLINE", "2s".into()),
     ] {
         env.push((k.into(), v));
     }
