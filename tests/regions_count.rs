@@ -70,23 +70,36 @@ fn start_load(
                         w * 100 + rand::random_range(0..6u64),
                     );
                     let like = !liked.get(&(i, u)).copied().unwrap_or(false);
-                    let api = &apis[rand::random_range(0..2)];
                     let (user, key) = (format!("u{u}"), format!("w{w}-{n}"));
-                    let (st, _) = if like {
-                        api.like(&user, &items[i], &key).await
-                    } else {
-                        api.unlike(&user, &items[i], &key).await
-                    };
-                    if st == 200 {
-                        liked.insert((i, u), like);
+                    // A 503 may come after the flip applied (its deadline, a datacenter gone):
+                    // the client retries with the same key, at either region, until it gets
+                    // the answer, as the API asks.
+                    let started = std::time::Instant::now();
+                    loop {
+                        let api = &apis[rand::random_range(0..2)];
+                        let (st, body) = if like {
+                            api.like(&user, &items[i], &key).await
+                        } else {
+                            api.unlike(&user, &items[i], &key).await
+                        };
+                        load.sent.fetch_add(1, Ordering::Relaxed);
+                        *load
+                            .by_status
+                            .lock()
+                            .unwrap()
+                            .entry(st.as_u16())
+                            .or_default() += 1;
+                        if st == 200 {
+                            liked.insert((i, u), like);
+                            break;
+                        }
+                        assert!(
+                            st.is_server_error() && started.elapsed() < Duration::from_secs(90),
+                            "{st} {body} for {key} after {:?}",
+                            started.elapsed()
+                        );
+                        tokio::time::sleep(Duration::from_millis(200)).await;
                     }
-                    load.sent.fetch_add(1, Ordering::Relaxed);
-                    *load
-                        .by_status
-                        .lock()
-                        .unwrap()
-                        .entry(st.as_u16())
-                        .or_default() += 1;
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 let mut per_item: BTreeMap<String, i64> = BTreeMap::new();
