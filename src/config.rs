@@ -99,6 +99,11 @@ pub struct ApiSettings {
     /// client retries with the same key.
     #[serde(with = "humantime_serde")]
     pub write_deadline: Duration,
+    /// How long a write waits for the broker to acknowledge its event once its flip has
+    /// applied. Past it (or on a broker error) the write is answered anyway: the flip is on the
+    /// edge row and its outbox entry stands for the event, which the relay publishes later.
+    #[serde(with = "humantime_serde")]
+    pub publish_wait: Duration,
 }
 
 /// Stage 1 (`likes dedupe`).
@@ -263,6 +268,9 @@ impl Settings {
         }
         if self.count.flush_interval < Duration::from_millis(10) {
             return bad("count.flush_interval must be at least 10ms".into());
+        }
+        if self.api.publish_wait.is_zero() {
+            return bad("api.publish_wait must be above zero".into());
         }
         if self.api.write_deadline.is_zero() {
             return bad("api.write_deadline must be above zero".into());

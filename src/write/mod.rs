@@ -15,6 +15,7 @@
 //! Before the CAS an outbox entry is written; after the event is published it is deleted.
 //! A crash in between leaves the entry, and `likes relay` publishes the edge's current state.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -118,6 +119,11 @@ pub fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b':'))
 }
 
+/// The wait for an event's ack while the last one was left to the relay: a healthy broker
+/// acknowledges in a few milliseconds, so a publish that takes longer is left to it too, and
+/// the first that makes it clears the suspicion.
+const SUSPECT_PUBLISH_WAIT: Duration = Duration::from_millis(50);
+
 /// What a write needs: the edge, outbox and erasure tables, and the events topic.
 #[derive(Clone)]
 pub struct Writer {
@@ -126,6 +132,10 @@ pub struct Writer {
     buckets: u32,
     /// Bounds how long an outbox entry can belong to a request whose CAS is still to land.
     deadline: Duration,
+    /// How long an applied flip waits for its event's ack before the relay is left to it.
+    publish_wait: Duration,
+    /// Whether the last publish was left to the relay: the next ones wait less.
+    broker_suspect: Arc<AtomicBool>,
     /// With `region.name` set: which items this region writes (docs/multi-region.md).
     routes: Option<Routes>,
 }
@@ -145,11 +155,17 @@ impl Writer {
         for reason in ["not_home", "range_closed"] {
             metrics::counter!("likes_api_writes_refused_total", "reason" => reason).increment(0);
         }
+        for reason in ["timeout", "error"] {
+            metrics::counter!("likes_api_publishes_deferred_total", "reason" => reason)
+                .increment(0);
+        }
         let writer = Self {
             store,
             events: Events::connect(settings, topology)?,
             buckets: topology.buckets,
             deadline: settings.api.write_deadline,
+            publish_wait: settings.api.publish_wait,
+            broker_suspect: Arc::new(AtomicBool::new(false)),
             routes,
         };
         Ok((writer, session))
@@ -296,13 +312,38 @@ impl Writer {
                         "injected: after the flip, before the produce".into()
                     )
                 ));
-                self.events
-                    .publish(item, user, &edge, source, home)
-                    .await
-                    .map_err(|e| {
-                        WriteError::RetryWithSameKey(format!("publishing the event: {e}"))
-                    })?;
-                s.outbox.delete((shard, minute), item, user, &entry).await?;
+                // The flip and its answer are durable on the edge row, and the outbox entry
+                // stands for the event: a broker that does not acknowledge within
+                // api.publish_wait leaves the event to the relay, and the write is answered
+                // (docs/design.md, "Publishing without losing an event"). A broker outage then
+                // delays counts, never writes. A late ack of the abandoned send only puts a
+                // duplicate on the log, which stage 1 drops by op_id.
+                // After a deferral, the next writes wait only a healthy broker's ack time:
+                // during an outage each write would otherwise pay the whole wait.
+                let wait = if self.broker_suspect.load(Ordering::Relaxed) {
+                    self.publish_wait.min(SUSPECT_PUBLISH_WAIT)
+                } else {
+                    self.publish_wait
+                };
+                let publish = self.events.publish(item, user, &edge, source, home);
+                let deferred = match tokio::time::timeout(wait, publish).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(("error", e.to_string())),
+                    Err(_) => Some((
+                        "timeout",
+                        format!("no ack within {wait:?} (api.publish_wait, or less while the broker is suspect)"),
+                    )),
+                };
+                self.broker_suspect
+                    .store(deferred.is_some(), Ordering::Relaxed);
+                match deferred {
+                    None => s.outbox.delete((shard, minute), item, user, &entry).await?,
+                    Some((reason, why)) => {
+                        metrics::counter!("likes_api_publishes_deferred_total", "reason" => reason)
+                            .increment(1);
+                        tracing::debug!(%item, %user, op_id = edge.op_id, %why, "event left to the relay");
+                    }
+                }
                 Ok(answer(r))
             }
             Outcome::Kept(r) => {
