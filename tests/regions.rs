@@ -364,13 +364,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 #[ignore = "needs the two-datacenter cluster: make test-regions"]
 async fn a_write_at_another_region_is_forwarded_to_the_home_with_its_key() {
     let (mut a, mut b, topology, session) = homed_in_a("regions_forward").await;
-    let (la, lb) = (
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-    );
-    let url = |l: &tokio::net::TcpListener| format!("http://{}", l.local_addr().unwrap());
-    a.region.peers = [("region-b".to_string(), url(&lb))].into();
-    b.region.peers = [("region-a".to_string(), url(&la))].into();
+    let (la, lb) = common::regions::peered(&mut a, &mut b).await;
     let api_a = serve_on(la, &a, &topology).await;
     let api_b = serve_on(lb, &b, &topology).await;
 

@@ -132,13 +132,7 @@ async fn two_regions(name: &str) -> Regions {
     let (mut a, mut b, topology, session) = homed_in_a(name).await;
     own_state(&mut a, "a");
     own_state(&mut b, "b");
-    let (la, lb) = (
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-    );
-    let url = |l: &tokio::net::TcpListener| format!("http://{}", l.local_addr().unwrap());
-    a.region.peers = [("region-b".to_string(), url(&lb))].into();
-    b.region.peers = [("region-a".to_string(), url(&la))].into();
+    let (la, lb) = common::regions::peered(&mut a, &mut b).await;
     let stop_relays = CancellationToken::new();
     let api_a = Arc::new(common::regions::serve(la, &a, &topology, Some(&stop_relays)).await);
     let api_b = Arc::new(common::regions::serve(lb, &b, &topology, Some(&stop_relays)).await);

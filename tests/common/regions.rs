@@ -117,3 +117,18 @@ pub async fn serve(
         signer: likes::api::auth::Signer::new(super::api::KEY.as_bytes()),
     }
 }
+
+/// Two listeners for the regions' APIs, each region's the other's peer (forwarding).
+pub async fn peered(
+    a: &mut Settings,
+    b: &mut Settings,
+) -> (tokio::net::TcpListener, tokio::net::TcpListener) {
+    let (la, lb) = (
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    );
+    let url = |l: &tokio::net::TcpListener| format!("http://{}", l.local_addr().unwrap());
+    a.region.peers = [("region-b".to_string(), url(&lb))].into();
+    b.region.peers = [("region-a".to_string(), url(&la))].into();
+    (la, lb)
+}
