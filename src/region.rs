@@ -163,7 +163,7 @@ pub fn fence(settings: &Settings) -> Duration {
 /// A move waits the fence recorded at `likes region init`. A process whose lease, write
 /// deadline and CQL timeout add up to more could still be writing when the new home starts,
 /// so it is refused at start.
-async fn refuse_a_longer_fence(session: &Session, settings: &Settings) -> Result<()> {
+pub async fn refuse_a_longer_fence(session: &Session, settings: &Settings) -> Result<()> {
     let own = fence(settings);
     let recorded = crate::store::recorded::region_fence(session, &settings.cql.keyspace).await?;
     match recorded {
@@ -260,6 +260,7 @@ mod tests {
             moving_from: moving_from.map(Into::into),
             moved_at: None,
             home_since: None,
+            recount_due: false,
         }
     }
 

@@ -402,8 +402,11 @@ impl Sink {
                 match routes.route(&job.item) {
                     Route::Here(home) => {
                         let before = job.pending.len() + job.corrections.len();
-                        job.pending.retain(|_, &mut (_, at)| at >= home.since_ms);
                         job.corrections.retain(|(_, c)| c.cut_ms >= home.since_ms);
+                        // A kept correction keeps its window, which carries it past the fence.
+                        let carried: Vec<i64> = job.corrections.iter().map(|(w, _)| *w).collect();
+                        job.pending
+                            .retain(|w, &mut (_, at)| at >= home.since_ms || carried.contains(w));
                         let left = job.pending.len() + job.corrections.len();
                         stats.handed_over += (before - left) as u64;
                         if left == 0 {

@@ -150,7 +150,7 @@ pub const TABLES: &[TableSpec] = &[
     TableSpec {
         name: "ranges",
         // moving_from: set while a move is under way; home_since: when the range's home last
-        // began writing it (store/ranges.rs).
+        // began writing it; recount_due: settled, its recount not done yet (store/ranges.rs).
         columns: &[
             ("range", "int"),
             ("home", "text"),
@@ -158,6 +158,7 @@ pub const TABLES: &[TableSpec] = &[
             ("moving_from", "text"),
             ("moved_at", "timestamp"),
             ("home_since", "timestamp"),
+            ("recount_due", "boolean"),
         ],
         partition_key: &["range"],
         clustering: &[],

@@ -30,6 +30,9 @@ pub struct RangeRow {
     /// leaves flips before it to the previous home (docs/multi-region.md, "Stage-1 state
     /// after a move"). None for a range that never moved.
     pub home_since: Option<i64>,
+    /// Settled, and its move's recount not done yet: a rerun of the move (`--from` too)
+    /// recounts it.
+    pub recount_due: bool,
 }
 
 pub struct Ranges {
@@ -40,6 +43,7 @@ pub struct Ranges {
     bump: PreparedStatement,
     reassert: PreparedStatement,
     settle: PreparedStatement,
+    recounted: PreparedStatement,
 }
 
 impl Ranges {
@@ -62,7 +66,7 @@ impl Ranges {
         let mut all = prepare(
             &session,
             format!(
-                "SELECT range, home, epoch, moving_from, moved_at, home_since FROM {ks}.ranges"
+                "SELECT range, home, epoch, moving_from, moved_at, home_since, recount_due FROM {ks}.ranges"
             ),
         )
         .await?;
@@ -70,7 +74,7 @@ impl Ranges {
         let mut one = prepare(
             &session,
             format!(
-                "SELECT range, home, epoch, moving_from, moved_at, home_since FROM {ks}.ranges WHERE range = ?"
+                "SELECT range, home, epoch, moving_from, moved_at, home_since, recount_due FROM {ks}.ranges WHERE range = ?"
             ),
         )
         .await?;
@@ -97,11 +101,17 @@ impl Ranges {
         .await?);
         let settle = cas(prepare(
             &session,
-            format!("UPDATE {ks}.ranges SET moving_from = null, home_since = ? WHERE range = ? IF home = ? AND epoch = ?"),
+            format!("UPDATE {ks}.ranges SET moving_from = null, home_since = ?, recount_due = true WHERE range = ? IF home = ? AND epoch = ?"),
+        )
+        .await?);
+        let recounted = cas(prepare(
+            &session,
+            format!("UPDATE {ks}.ranges SET recount_due = null WHERE range = ? IF home = ? AND epoch = ?"),
         )
         .await?);
         Ok(Self {
             session,
+            recounted,
             all,
             one,
             create,
@@ -195,6 +205,17 @@ impl Ranges {
     }
 }
 
+impl Ranges {
+    /// A settled range's recount is done (if it still is `home`'s at `epoch`).
+    pub async fn recounted(&self, range: i32, home: &str, epoch: i64) -> Result<bool> {
+        let r = self
+            .session
+            .execute_unpaged(&self.recounted, (range, home, epoch))
+            .await?;
+        Ok(not_applied(r)?.is_none())
+    }
+}
+
 type Row = (
     i32,
     String,
@@ -202,9 +223,10 @@ type Row = (
     Option<String>,
     Option<CqlTimestamp>,
     Option<CqlTimestamp>,
+    Option<bool>,
 );
 
-fn of((range, home, epoch, moving_from, moved_at, home_since): Row) -> RangeRow {
+fn of((range, home, epoch, moving_from, moved_at, home_since, recount_due): Row) -> RangeRow {
     RangeRow {
         range,
         home,
@@ -212,5 +234,6 @@ fn of((range, home, epoch, moving_from, moved_at, home_since): Row) -> RangeRow 
         moving_from,
         moved_at: moved_at.map(|t| t.0),
         home_since: home_since.map(|t| t.0),
+        recount_due: recount_due.unwrap_or(false),
     }
 }

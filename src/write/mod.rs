@@ -119,6 +119,17 @@ pub fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b':'))
 }
 
+/// A publish error that a later publish by the relay may not meet: the broker away or slow,
+/// or the producer's own queue full or timed out while it is.
+fn broker_away(e: &Error) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    e.is_retryable()
+        || matches!(e, Error::Kafka(k) if matches!(
+            k.rdkafka_error_code(),
+            Some(C::QueueFull | C::MessageTimedOut)
+        ))
+}
+
 /// The wait for an event's ack while the last one was left to the relay: a healthy broker
 /// acknowledges in a few milliseconds, so a publish that takes longer is left to it too, and
 /// the first that makes it clears the suspicion.
@@ -328,7 +339,15 @@ impl Writer {
                 let publish = self.events.publish(item, user, &edge, source, home);
                 let deferred = match tokio::time::timeout(wait, publish).await {
                     Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(("error", e.to_string())),
+                    // A broker that is away or slow: the relay publishes later.
+                    Ok(Err(e)) if broker_away(&e) => Some(("error", e.to_string())),
+                    // A topic missing, a record refused: no later publish fares better, so the
+                    // write fails loudly (retried with the same key, it replays).
+                    Ok(Err(e)) => {
+                        return Err(WriteError::RetryWithSameKey(format!(
+                            "publishing the event: {e}"
+                        )))
+                    }
                     Err(_) => Some((
                         "timeout",
                         format!("no ack within {wait:?} (api.publish_wait, or less while the broker is suspect)"),
