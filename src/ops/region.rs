@@ -263,12 +263,6 @@ pub async fn r#move(
     recount: bool,
 ) -> Result<MoveReport> {
     let started = Instant::now();
-    if recount {
-        // The recount's pipeline starts like any process of this configuration: refused
-        // after the ranges moved would leave their tail uncounted, so it is checked first.
-        let session = crate::cql::connect(&settings.cql).await?;
-        crate::region::refuse_a_longer_fence(&session, settings).await?;
-    }
     if recount && settings.region.name.as_deref() != Some(to) {
         return Err(Error::Config(format!(
             "run the move with the new home's configuration (region.name = {to:?}, not {:?}): \
@@ -277,6 +271,11 @@ pub async fn r#move(
         )));
     }
     let (session, ranges) = connect(settings).await?;
+    if recount {
+        // The recount's pipeline starts like any process of this configuration: refused
+        // after the ranges moved would leave their tail uncounted, so it is checked first.
+        crate::region::refuse_a_longer_fence(&session, settings).await?;
+    }
     let rows = ranges.all().await.map_err(unreachable)?;
     if rows.is_empty() {
         return Err(Error::Config(
