@@ -13,7 +13,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
+.PHONY: stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -34,6 +34,9 @@ up-regions: ## Start the two-datacenter Cassandra of docs/multi-region.md (127.0
 
 down-regions: ## Stop the two regional Cassandra nodes
 	@stack/stack.sh down-regions
+
+stack-prune: chaos-build ## Delete the topics and keyspaces failed or killed test runs left (make test does it first)
+	$(TOOLS) prune
 
 stack-reset: ## Stop the stack and wipe its data
 	@stack/stack.sh reset
@@ -125,6 +128,8 @@ fuzz: ## Run each fuzz target (decoders of outside bytes) for FUZZ_SECONDS (nigh
 
 test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts the stack)
 	@stack/prereqs.sh build
+	$(CARGO) build --workspace --bins --features likes/failpoints
+	$(TOOLS) prune
 	$(CARGO) test --workspace --all-targets --features likes/failpoints --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
 	  status=$${PIPESTATUS[0]}; \
 	  awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(LIKES_CACHE)/last-test.log \
@@ -133,6 +138,8 @@ test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; star
 
 test-regions: up-regions ## The tests against the two-datacenter Cassandra (tests/regions.rs, regions_count.rs, regions_down.rs)
 	@stack/prereqs.sh build
+	$(CARGO) build --workspace --bins --features likes/failpoints
+	$(TOOLS) prune
 	$(CARGO) test --features likes/failpoints --test regions --test regions_count --test regions_down -- --include-ignored
 
 # `make chaos-regions RUNS=10 SEED=1`: the two-region fault run (tests/regions_count.rs) for seeds SEED..SEED+RUNS-1.

@@ -19,6 +19,26 @@ pub fn unique(base: &str) -> String {
     )
 }
 
+/// The process that named `namespace` with [`unique`] (a keyspace, or a topic's prefix up to
+/// its first dot), if it is such a name: `<base>_<pid>_<millis>_<n>`.
+pub fn owner_pid(namespace: &str) -> Option<u32> {
+    let namespace = namespace.split('.').next()?;
+    let mut parts = namespace.rsplitn(4, '_');
+    let (n, ms, pid, base) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if base.is_empty() || !digits(n) || !digits(ms) || !digits(pid) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// A namespace [`unique`] named whose process has exited: what a test run that failed, or
+/// was killed, left on the stack (a passing test drops its own). Namespaces of processes
+/// still alive (a run beside this one) and every other name are never this.
+pub fn is_left_behind(namespace: &str) -> bool {
+    owner_pid(namespace).is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
+
 /// The environment that makes a `likes` child process use `keyspace` and `topic_prefix`
 /// (configuration's `cql.keyspace` and `kafka.topic_prefix`).
 pub fn namespace_env(keyspace: &str, topic_prefix: &str) -> Vec<(&'static str, String)> {
@@ -30,6 +50,27 @@ pub fn namespace_env(keyspace: &str, topic_prefix: &str) -> Vec<(&'static str, S
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_names_of_exited_processes_are_left_behind() {
+        let mine = super::unique("regions_move");
+        assert_eq!(super::owner_pid(&mine), Some(std::process::id()));
+        assert!(!super::is_left_behind(&mine));
+        assert!(!super::is_left_behind(&format!("{mine}.b.likes.events")));
+        // pid_max on Linux is at most 2^22: this pid never runs.
+        assert!(super::is_left_behind(
+            "regions_down_99999999_91333182_1.a.likes.dlq"
+        ));
+        for other in [
+            "likes",
+            "chaos_2_177791",
+            "demo.likes.events",
+            "__consumer_offsets",
+            "a_1_x_2",
+        ] {
+            assert_eq!(super::owner_pid(other), None, "{other}");
+        }
+    }
+
     #[test]
     fn names_never_repeat_and_stay_cql_safe() {
         let (a, b) = (super::unique("t"), super::unique("t"));

@@ -9,6 +9,7 @@ mod demo;
 mod loadgen;
 mod namespace;
 mod procs;
+mod prune;
 
 use std::process::ExitCode;
 
@@ -53,6 +54,10 @@ enum Command {
     ///
     /// Examples: `likes-tools chaos --seed 7` (one run); `likes-tools chaos --seed 1 --runs 100`.
     Chaos(chaos::ChaosArgs),
+    /// Deletes the topics and keyspaces that failed or killed test runs left on the local stack
+    /// (namespaces `<base>_<pid>_<millis>_<n>` whose process has exited; `make test` runs it
+    /// first). Anything else, and a run still alive beside this one, is left alone.
+    Prune,
     /// Benchmarks (run on their own topics and keyspace; see docs/performance.md).
     Bench {
         #[command(subcommand)]
@@ -91,6 +96,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 if !verdict {
                     anyhow::bail!("demo: the counts did not match the edges (see the table above)");
                 }
+            }
+            Command::Prune => {
+                let pruned = prune::run(&settings).await?;
+                out(&format!(
+                    "prune: deleted {} topics and {} keyspaces left by exited test runs",
+                    pruned.topics, pruned.keyspaces
+                ));
             }
             Command::Chaos(args) => {
                 if !chaos::run(&settings, &topology, &args).await? {
