@@ -357,7 +357,10 @@ impl Dedupe {
             &self.health,
         )? {
             info!(partition = p, recovery = ?r, emitted_up_to = mark.emitted, "partition ready");
-            self.stats.restores += u64::from(matches!(r, recovery::Recovery::Restored(_)));
+            let restored = matches!(r, recovery::Recovery::Restored(_));
+            self.stats.restores += u64::from(restored);
+            let how = if restored { "restored" } else { "kept" };
+            metrics::counter!(m::PARTITIONS_RECOVERED, "how" => how).increment(1);
             self.marks.insert(p, mark);
         }
         Ok(())

@@ -25,6 +25,10 @@ pub const GUESSED_FLIPS: &str = "likes_dedupe_guessed_flips_total";
 /// Stage 1: flips from before their range came home to this region (a move's leftovers):
 /// the previous home's to count, not counted here (docs/multi-region.md).
 pub const PREVIOUS_HOME_FLIPS: &str = "likes_dedupe_previous_home_flips_total";
+/// Stage 1: partitions brought in line at assignment (label `how`: kept, its local state
+/// named the committed transaction; restored, rebuilt from the changelog). A restore after
+/// every restart means local state does not survive one (docs/operations.md).
+pub const PARTITIONS_RECOVERED: &str = "likes_dedupe_partitions_recovered_total";
 pub const COMMITS_RESUMED: &str = "likes_dedupe_commits_resumed_total";
 pub const OFFSET_RESETS: &str = "likes_offset_out_of_range_total";
 /// Stage 1: combined Delta records written to `likes.deltas`.
@@ -156,6 +160,9 @@ pub fn start_at_zero(role: &'static str) {
                 counter!(DUPLICATES).absolute(0);
                 counter!(PREVIOUS_HOME_FLIPS).absolute(0);
                 counter!(DELTAS_OUT).absolute(0);
+                for how in ["kept", "restored"] {
+                    counter!(PARTITIONS_RECOVERED, "how" => how).absolute(0);
+                }
             }
         }
         _ => {}
@@ -240,6 +247,10 @@ fn describe() {
     describe_counter!(
         EXPIRED_FLIPS,
         "flips older than the dedupe horizon with no state left: dead-lettered, not counted"
+    );
+    describe_counter!(
+        PARTITIONS_RECOVERED,
+        "partitions brought in line at assignment: kept (local state named the committed transaction) or restored from the changelog"
     );
     describe_counter!(
         PREVIOUS_HOME_FLIPS,
