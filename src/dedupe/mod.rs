@@ -86,6 +86,47 @@ pub struct Dedupe {
     health: Health,
     stop: CancellationToken,
     pub stats: DedupeStats,
+    /// The phases of this incarnation's start, logged once its first transaction commits.
+    startup: Option<Startup>,
+}
+
+/// Where a start's time goes (issue 26: a restart after kill -9 took 10 s, all of it in one
+/// phase nobody logged): each phase's duration, logged in one line at the first commit.
+struct Startup {
+    began: Instant,
+    last: Instant,
+    phases: Vec<(&'static str, Duration)>,
+}
+
+impl Startup {
+    fn new() -> Self {
+        let now = Instant::now();
+        Self {
+            began: now,
+            last: now,
+            phases: Vec::new(),
+        }
+    }
+
+    fn lap(&mut self, phase: &'static str) {
+        let now = Instant::now();
+        self.phases.push((phase, now - self.last));
+        self.last = now;
+    }
+
+    fn log(mut self) {
+        self.lap("first_transaction");
+        let phases: Vec<String> = self
+            .phases
+            .iter()
+            .map(|(p, d)| format!("{p}={}ms", d.as_millis()))
+            .collect();
+        info!(
+            total_ms = self.began.elapsed().as_millis() as u64,
+            phases = %phases.join(" "),
+            "dedupe processing"
+        );
+    }
 }
 
 /// One batch's work, built before its transaction.
@@ -157,6 +198,7 @@ impl Dedupe {
         health: Health,
         stop: CancellationToken,
     ) -> Result<Self> {
+        let mut startup = Startup::new();
         let instance = settings.instance_id();
         let group = settings.group(&topology.groups.dedupe);
         let offset_resets = Arc::new(AtomicU64::new(0));
@@ -183,6 +225,8 @@ impl Dedupe {
             )
             .create_with_context(LogContext)?;
         producer.init_transactions(settings.kafka.request_timeout)?;
+        // Waits for the coordinator to abort the previous incarnation's open transaction.
+        startup.lap("init_transactions");
         // Per group and instance: two instances sharing a volume never open the same RocksDB.
         let dir = settings.dedupe.state_dir.join(&group).join(&instance);
         std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
@@ -191,6 +235,8 @@ impl Dedupe {
             topology.dedupe_ttl.as_millis() as i64,
             settings.dedupe.block_cache_mb << 20,
         )?;
+        // Replays the WAL a killed process left.
+        startup.lap("state_open");
         // Subscribed last: no partition is assigned to an incarnation that could not start.
         let input = StageConsumer::subscribe(
             settings,
@@ -216,6 +262,7 @@ impl Dedupe {
             health,
             stop,
             stats: DedupeStats::default(),
+            startup: Some(startup),
         })
     }
 
@@ -324,6 +371,11 @@ impl Dedupe {
         fail::fail_point!("dedupe-after-state-write");
         self.producer.poll(Duration::ZERO);
         self.stats.transactions += 1;
+        if !batch.offsets.is_empty() {
+            if let Some(s) = self.startup.take() {
+                s.log();
+            }
+        }
         metrics::counter!(m::TRANSACTIONS).increment(1);
         metrics::counter!(m::EVENTS_IN).increment(pending_msgs.len() as u64);
         for (label, n) in event::PLATFORM_LABELS.iter().zip(batch.platforms) {
@@ -349,6 +401,9 @@ impl Dedupe {
         if parts.is_empty() {
             return Ok(());
         }
+        if let Some(s) = &mut self.startup {
+            s.lap("group_join_and_offsets");
+        }
         for (p, r, mark) in recovery::recover_partitions(
             &self.settings,
             &self.changelog_topic,
@@ -362,6 +417,9 @@ impl Dedupe {
             let how = if restored { "restored" } else { "kept" };
             metrics::counter!(m::PARTITIONS_RECOVERED, "how" => how).increment(1);
             self.marks.insert(p, mark);
+        }
+        if let Some(s) = &mut self.startup {
+            s.lap("local_state");
         }
         Ok(())
     }

@@ -311,12 +311,12 @@ fn restore_from_changelog(
         .collect())
 }
 
-/// Records merged between two flushes of a restore: a kill loses at most this many.
+/// Records merged between two flushes of a restore: a lost machine loses at most this many.
 const FLUSH_EVERY: u64 = 500_000;
 
 /// Writes the records merged so far with each partition's position, flushing every
-/// [`FLUSH_EVERY`] records: the state is written without a WAL, and only a flush makes the
-/// position (and the records it covers) survive a kill.
+/// [`FLUSH_EVERY`] records: the WAL (not synced) keeps the batches through a killed process,
+/// and a flush keeps the position (and the records it covers) through a lost machine too.
 fn write_batch(
     store: &EdgeStore,
     batch: &mut WriteBatch,

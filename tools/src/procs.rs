@@ -31,6 +31,18 @@ pub fn likes_bin() -> Result<PathBuf> {
 pub struct Proc {
     pub name: &'static str,
     pub child: Child,
+    /// Killed when dropped ([`spawn_attached`]): a benchmark that fails midway must not leave
+    /// a stage on its fixed metrics port, where the next run's stage cannot bind.
+    attached: bool,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.attached && matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// Starts `likes <command>` with `env` added, its output appended to `<dir>/<name>.log`
@@ -108,7 +120,11 @@ fn start_with(
     let pid_file = dir.join(format!("{name}.pid"));
     std::fs::write(&pid_file, child.id().to_string())
         .with_context(|| format!("writing {}", pid_file.display()))?;
-    Ok(Proc { name, child })
+    Ok(Proc {
+        name,
+        child,
+        attached: !own_group,
+    })
 }
 
 /// Sends SIGTERM (the product drains on it) and waits for the exit.

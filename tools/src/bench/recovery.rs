@@ -1,5 +1,6 @@
-//! Recovery of each stage after kill -9, under the live load: the stage is killed and started
-//! again at once (as a pod's restart policy does), and the bench measures how long until it
+//! Recovery of each stage after kill -9 and after a graceful restart (SIGTERM, then start: a
+//! rolling update), under the live load: the stage is stopped and started again at once (as a
+//! pod's restart policy does), and the bench measures how long until it
 //! processes again (its first committed transaction, or its first applied window) and until
 //! the staleness of what the sink applies is back under the live phase's p99 (each second's
 //! p99, from the count stage's histogram).
@@ -21,26 +22,52 @@ const BEFORE_KILL: Duration = Duration::from_secs(5);
 /// How long recovery may take before the bench gives up on it (reported as NaN).
 pub(super) const GIVE_UP: Duration = Duration::from_secs(45);
 
-/// One stage's recovery, seconds from the kill.
+/// How a stage goes down before its restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Restart {
+    /// SIGKILL: a crash, an OOM kill, a lost node.
+    Kill9,
+    /// SIGTERM and its drain: a rolling update.
+    Graceful,
+}
+
+impl Restart {
+    pub fn label(self) -> &'static str {
+        match self {
+            Restart::Kill9 => "kill -9",
+            Restart::Graceful => "graceful restart",
+        }
+    }
+}
+
+/// One stage's recovery, seconds from the signal.
 #[derive(Debug, Clone, Serialize)]
 pub struct Recovery {
     pub stage: &'static str,
+    pub how: Restart,
     pub processing_again_s: f64,
     pub staleness_back_s: f64,
 }
 
-/// Kills `stage` (running as `proc`) with SIGKILL, starts it again, and measures.
+/// Stops `stage` (running as `proc`) as `how` says, starts it again, and measures.
 pub(super) async fn measure(
     stage: &'static str,
+    how: Restart,
     proc: &mut Proc,
     settings: &Settings,
     dir: &Path,
     live_p99_s: f64,
 ) -> Result<Recovery> {
     tokio::time::sleep(BEFORE_KILL).await;
-    let _ = proc.child.kill();
-    let _ = proc.child.wait();
     let killed = Instant::now();
+    match how {
+        Restart::Kill9 => {
+            let _ = proc.child.kill();
+            let _ = proc.child.wait();
+        }
+        // Timed from the signal: a drain is part of what a rolling update costs.
+        Restart::Graceful => crate::procs::stop(proc),
+    }
     let (port, progress) = match stage {
         "dedupe" => (DEDUPE_PORT, m::EVENTS_IN),
         _ => (COUNT_PORT, m::DELTAS_APPLIED),
@@ -48,6 +75,7 @@ pub(super) async fn measure(
     *proc = spawn_stage(stage, settings, port, dir)?;
     let mut r = Recovery {
         stage,
+        how,
         processing_again_s: f64::NAN,
         staleness_back_s: f64::NAN,
     };
@@ -81,8 +109,10 @@ pub(super) async fn measure(
         }
     }
     eprintln!(
-        "bench: kill -9 of {stage}: processing again after {:.1} s, staleness back under {live_p99_s:.2} s after {:.1} s",
-        r.processing_again_s, r.staleness_back_s
+        "bench: {} of {stage}: processing again after {:.1} s, staleness back under {live_p99_s:.2} s after {:.1} s",
+        how.label(),
+        r.processing_again_s,
+        r.staleness_back_s
     );
     Ok(r)
 }

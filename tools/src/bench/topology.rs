@@ -34,7 +34,7 @@ use tracing::info;
 
 use super::gen::Generator;
 use super::peer::{self, PeerRun};
-use super::recovery::{self, Recovery};
+use super::recovery::{self, Recovery, Restart};
 use super::scrape::{buckets, diff, peak_rss_mb, quantile, scrape};
 use crate::procs::{self, stop, Proc};
 use anyhow::{anyhow, Result};
@@ -437,16 +437,19 @@ pub async fn topology(
     live_figures(&mut report, &before, &before_dedupe);
     memory_figures(&mut report, dedupe.child.id(), count.child.id());
 
-    // 6. Recovery: kill -9 of each stage while the live load goes on.
+    // 6. Recovery: kill -9 of each stage, then a graceful restart of each, while the live
+    //    load goes on.
     let n = (rate * (recovery::GIVE_UP.as_secs_f64() + 10.0)) as u64;
-    for (stage, proc) in [("dedupe", &mut dedupe), ("count", &mut count)] {
-        let p99 = report.live_staleness_p99_s;
-        let (produced, r) = tokio::join!(
-            produce_live(&p, &mut g, &events_topic, rate, n, 0),
-            recovery::measure(stage, proc, &settings, &dir, p99)
-        );
-        produced?;
-        report.recovery.push(r?);
+    for how in [Restart::Kill9, Restart::Graceful] {
+        for (stage, proc) in [("dedupe", &mut dedupe), ("count", &mut count)] {
+            let p99 = report.live_staleness_p99_s;
+            let (produced, r) = tokio::join!(
+                produce_live(&p, &mut g, &events_topic, rate, n, 0),
+                recovery::measure(stage, how, proc, &settings, &dir, p99)
+            );
+            produced?;
+            report.recovery.push(r?);
+        }
     }
     p.flush(Duration::from_secs(60))?;
     // The restarted stages' counters start from zero: the end is judged on the counts.
@@ -638,8 +641,11 @@ impl std::fmt::Display for BenchReport {
         for r in &self.recovery {
             writeln!(
                 f,
-                "| kill -9 of {}: processing again / staleness back under p99 | {:.1} s / {:.1} s |",
-                r.stage, r.processing_again_s, r.staleness_back_s
+                "| {} of {}: processing again / staleness back under p99 | {:.1} s / {:.1} s |",
+                r.how.label(),
+                r.stage,
+                r.processing_again_s,
+                r.staleness_back_s
             )?;
         }
         writeln!(
