@@ -13,7 +13,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
+.PHONY: bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +71,11 @@ bench-restore: up ## Stage 1's restore of a 10M-record changelog against a bare 
 	@stack/prereqs.sh stack build
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench restore --records $${BENCH_RECORDS:-10000000}
+
+bench-overload: up ## The API at 2x and 4x its capacity under the adaptive write limit (~8 min)
+	@stack/prereqs.sh stack build
+	$(CARGO) build --release --workspace --bins
+	$(CARGO_TARGET_DIR)/release/likes-tools bench overload
 
 bench-topology: up ## The topology against Kafka Streams EOS and a plain consumer (BENCH_EVENTS=1000000)
 	@stack/prereqs.sh stack build

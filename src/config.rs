@@ -82,8 +82,13 @@ pub struct ApiSettings {
     /// still loads during a rolling upgrade.
     #[serde(default, with = "humantime_serde", skip_serializing)]
     pub claim_takeover: Option<Duration>,
-    /// Writes in flight past which new writes get 503 + Retry-After at once.
+    /// Writes in flight past which new writes get 503 + Retry-After at once: the ceiling of
+    /// the adaptive limit (src/api/limit.rs).
     pub max_writes_in_flight: usize,
+    /// The p95 latency the adaptive limit keeps admitted writes under (0: a fixed bound at
+    /// `max_writes_in_flight`).
+    #[serde(with = "humantime_serde")]
+    pub write_latency_target: Duration,
     /// Writes a second past which new writes get 429 + Retry-After (0: no rate bound).
     pub max_writes_per_s: f64,
     /// Run the relay inside `likes api` too.

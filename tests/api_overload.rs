@@ -12,6 +12,10 @@ use reqwest::StatusCode;
 use common::api;
 use common::topology as fx;
 
+/// The tests of this file one at a time: a fail point is process-wide, and the fixed-bound
+/// test must not see the other's slow database.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn p99(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[(v.len() * 99 / 100).min(v.len() - 1)]
@@ -32,8 +36,11 @@ async fn read_latencies(client: &api::Client, n: usize) -> Vec<Duration> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_past_the_bound_are_shed_fast_and_reads_keep_serving() {
+    let _alone = ALONE.lock().await;
     let (settings, topology, _app, client) = api::serve_with("overload", |s| {
         s.api.max_writes_in_flight = 4;
+        // A fixed bound: this test is about shedding past it.
+        s.api.write_latency_target = Duration::ZERO;
         s.api.max_writes_per_s = 0.0;
     })
     .await;
@@ -107,6 +114,92 @@ async fn writes_past_the_bound_are_shed_fast_and_reads_keep_serving() {
     assert!(
         during <= before * 2 + Duration::from_millis(100),
         "reads keep serving: p99 {during:?} vs unloaded {before:?}"
+    );
+    fx::teardown(&settings, &topology).await;
+}
+
+/// `writers` closed-loop writers for `for_`; returns (answered 200, shed with 503).
+#[cfg(feature = "failpoints")]
+async fn flood(
+    client: &Arc<api::Client>,
+    tag: &str,
+    writers: usize,
+    for_: Duration,
+) -> (usize, usize) {
+    let until = Instant::now() + for_;
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let (c, tag) = (client.clone(), tag.to_string());
+            tokio::spawn(async move {
+                let (mut ok, mut shed, mut i) = (0, 0, 0);
+                while Instant::now() < until {
+                    i += 1;
+                    let r = c
+                        .http
+                        .post(format!("{}/v1/items/item-{}/likes", c.base, i % 50))
+                        .bearer_auth(c.token(&format!("{tag}{w}")))
+                        .header("Idempotency-Key", format!("{tag}{w}-{i}"))
+                        .send()
+                        .await
+                        .unwrap();
+                    match r.status() {
+                        StatusCode::OK => ok += 1,
+                        StatusCode::SERVICE_UNAVAILABLE => {
+                            shed += 1;
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        other => panic!("unexpected {other}"),
+                    }
+                }
+                (ok, shed)
+            })
+        })
+        .collect();
+    let mut total = (0, 0);
+    for t in tasks {
+        let (ok, shed) = t.await.unwrap();
+        total = (total.0 + ok, total.1 + shed);
+    }
+    total
+}
+
+/// The adaptive limit on writes in flight: when the database slows (a fail point holds every
+/// write 300 ms, three times `api.write_latency_target`), the limit comes down and the API
+/// sheds what would only queue; when it is fast again, the limit goes back up and nothing is
+/// shed. With a fixed bound of 64, the 16 writers would all be admitted and wait.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_write_limit_comes_down_when_the_database_slows_and_goes_back_up() {
+    let _alone = ALONE.lock().await;
+    let (settings, topology, _app, client) = api::serve_with("adaptive", |s| {
+        s.api.max_writes_in_flight = 64;
+        s.api.write_latency_target = Duration::from_millis(100);
+        s.api.max_writes_per_s = 0.0;
+    })
+    .await;
+    let (ok, shed) = flood(&client, "a", 16, Duration::from_secs(2)).await;
+    eprintln!("fast: ok {ok}, shed {shed}");
+    assert!(ok > 0, "writes are answered");
+
+    fail::cfg("api-write-delay", "return(300)").unwrap();
+    // The limit moves once per window of 20 writes (about 0.4 s of 16 writers at 300 ms).
+    let (settle_ok, settle_shed) = flood(&client, "b", 16, Duration::from_secs(3)).await;
+    let (ok, shed) = flood(&client, "c", 16, Duration::from_secs(3)).await;
+    eprintln!("slow: settling ok {settle_ok}, shed {settle_shed}; then ok {ok}, shed {shed}");
+    // 16 writers at 300 ms each would be ~53 writes/s if all were admitted; the limit at its
+    // floor of 4 admits ~13/s.
+    assert!(
+        shed > ok && ok < 16 * 3 * 1000 / 300 / 2,
+        "a slow database: the limit came down and the API sheds (ok {ok}, shed {shed})"
+    );
+
+    fail::remove("api-write-delay");
+    let (back_ok, back_shed) = flood(&client, "d", 16, Duration::from_secs(3)).await;
+    let (ok, shed) = flood(&client, "e", 16, Duration::from_secs(2)).await;
+    eprintln!("fast again: recovering ok {back_ok}, shed {back_shed}; then ok {ok}, shed {shed}");
+    assert!(
+        shed * 50 <= ok,
+        "a fast database again: the limit went back up (ok {ok}, shed {shed})"
     );
     fx::teardown(&settings, &topology).await;
 }

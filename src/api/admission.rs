@@ -2,24 +2,24 @@
 //! never wait in an unbounded queue. Reads are not admitted here, so they keep serving while
 //! writes are shed.
 //!
-//! Two bounds: writes in flight (each holds Cassandra LWTs and a produce; past the bound the
-//! box is saturated: 503) and a token bucket on the write rate (a client or a burst asking for
-//! more than the configured share: 429).
+//! Two bounds: writes in flight (each holds Cassandra LWTs and a produce), under a limit that
+//! moves with their latency (`limit.rs`; past it the database is saturated: 503), and a
+//! token bucket on the write rate (a client or a burst asking for more than the configured
+//! share: 429).
 
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use super::error::ApiError;
+use super::limit::Limit;
+use crate::runtime::metrics as m;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use tokio::sync::Semaphore;
-
-use super::error::ApiError;
-use crate::runtime::metrics as m;
 
 pub struct Admission {
-    in_flight: Arc<Semaphore>,
+    in_flight: Arc<Limit>,
     bucket: Mutex<Bucket>,
 }
 
@@ -31,12 +31,13 @@ struct Bucket {
 }
 
 impl Admission {
-    /// `max_in_flight` concurrent writes; `per_s` writes a second with bursts of `per_s / 10`
-    /// (at least 1); `per_s = 0` turns the rate bound off.
-    pub fn new(max_in_flight: usize, per_s: f64) -> Self {
+    /// At most `max_in_flight` concurrent writes, fewer as their latency passes
+    /// `latency_target` (zero: a fixed bound); `per_s` writes a second with bursts of
+    /// `per_s / 10` (at least 1); `per_s = 0` turns the rate bound off.
+    pub fn new(max_in_flight: usize, latency_target: std::time::Duration, per_s: f64) -> Self {
         let burst = (per_s / 10.0).max(1.0);
         Self {
-            in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
+            in_flight: Arc::new(Limit::new(max_in_flight, latency_target)),
             bucket: Mutex::new(Bucket {
                 tokens: burst,
                 per_s,
@@ -69,7 +70,7 @@ pub async fn admit(State(admission): State<Arc<Admission>>, req: Request, next: 
         metrics::counter!(m::API_SHED, "reason" => "rate").increment(1);
         return ApiError::RateLimited.into_response();
     }
-    let Ok(_permit) = admission.in_flight.clone().try_acquire_owned() else {
+    let Some(_permit) = admission.in_flight.try_acquire() else {
         metrics::counter!(m::API_SHED, "reason" => "in_flight").increment(1);
         return ApiError::Overloaded.into_response();
     };
@@ -80,13 +81,13 @@ pub async fn admit(State(admission): State<Arc<Admission>>, req: Request, next: 
 mod tests {
     #[test]
     fn the_bucket_refills_at_the_rate() {
-        let a = super::Admission::new(1, 100.0);
+        let a = super::Admission::new(1, std::time::Duration::ZERO, 100.0);
         let granted = (0..50).filter(|_| a.take_token()).count();
         assert_eq!(granted, 10, "a burst of per_s / 10");
         std::thread::sleep(std::time::Duration::from_millis(100));
         let again = (0..50).filter(|_| a.take_token()).count();
         assert!((9..=11).contains(&again), "{again}");
-        let off = super::Admission::new(1, 0.0);
+        let off = super::Admission::new(1, std::time::Duration::ZERO, 0.0);
         assert!((0..1000).all(|_| off.take_token()));
     }
 }

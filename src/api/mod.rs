@@ -12,6 +12,7 @@ pub mod admission;
 pub mod auth;
 pub mod error;
 pub mod forward;
+pub mod limit;
 pub mod observe;
 pub mod read;
 pub mod write;
@@ -75,6 +76,7 @@ impl App {
 pub fn router(app: Arc<App>) -> Router {
     let admission = Arc::new(admission::Admission::new(
         app.settings.api.max_writes_in_flight,
+        app.settings.api.write_latency_target,
         app.settings.api.max_writes_per_s,
     ));
     let writes = Router::new()

@@ -80,6 +80,11 @@ pub const EVENT_DELAY_SECONDS: &str = "likes_dedupe_event_delay_seconds";
 pub const API_REQUESTS: &str = "likes_api_requests_total";
 /// API: request duration by route pattern and method, seconds (the write-latency SLO).
 pub const API_REQUEST_SECONDS: &str = "likes_api_request_duration_seconds";
+/// API: the adaptive limit on writes in flight (src/api/limit.rs).
+pub const API_WRITE_LIMIT: &str = "likes_api_write_limit";
+/// API: time from admission to the answer of each admitted write, seconds (what the
+/// adaptive limit keeps under `api.write_latency_target` at p95).
+pub const API_ADMITTED_WRITE_SECONDS: &str = "likes_api_admitted_write_seconds";
 /// API: writes refused at admission (label `reason`: rate, in_flight).
 pub const API_SHED: &str = "likes_api_writes_shed_total";
 /// Relay: events published for flips whose produce failed.
@@ -230,6 +235,14 @@ fn describe() {
         "Valid LikeEvents read by stage 1, by client platform"
     );
     describe_counter!(API_SHED, "API writes refused at admission (429/503)");
+    metrics::describe_gauge!(
+        API_WRITE_LIMIT,
+        "the adaptive limit on API writes in flight: down when admitted writes' p95 passes api.write_latency_target, up while under it and reached"
+    );
+    metrics::describe_histogram!(
+        API_ADMITTED_WRITE_SECONDS,
+        "time from admission to answer of each admitted API write, seconds"
+    );
     describe_counter!(
         API_REQUESTS,
         "API requests by route, method and status code"

@@ -249,6 +249,9 @@ impl Writer {
         // may see an extra edge, never miss one), after the check that the account may still
         // write; the read that aims the CAS travels with that check.
         let until_cas = async {
+            if let Some(ms) = injected_delay_ms() {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            }
             // A like guesses "no row yet" (most likes are first likes): its `IF NOT EXISTS`
             // answers with the row when the guess is wrong, so it needs no read first.
             let peek = async {
@@ -501,6 +504,15 @@ impl Writer {
             "the edge kept changing under this request".into(),
         ))
     }
+}
+
+/// Fault-test hook: a slow database (`api-write-delay=return(ms)`, tests/api_overload.rs)
+/// holds each write this long before its statements, without blocking a runtime thread as a
+/// fail point's own sleep would.
+fn injected_delay_ms() -> Option<u64> {
+    fail::fail_point!("api-write-delay", |arg: Option<String>| arg
+        .and_then(|a| a.parse().ok()));
+    None
 }
 
 #[cfg(test)]

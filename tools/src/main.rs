@@ -75,6 +75,9 @@ enum BenchCommand {
     Report(bench::report::ReportArgs),
     /// Events through dedupe + count + sink vs a plain consumer; staleness; peak RSS.
     Topology(bench::topology::BenchArgs),
+    /// The API past its capacity: 2× and 4× offered open loop under the adaptive limit;
+    /// goodput, accepted and shed latency, reads beside them.
+    Overload(bench::overload::OverloadArgs),
     /// Stage 1's restore of a changelog of --records (10M) vs a bare read of it.
     Restore(bench::restore::RestoreArgs),
 }
@@ -126,6 +129,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } => {
                 args.check()?;
                 out(&bench::api::run(&settings, &topology, &args)
+                    .await?
+                    .to_string());
+            }
+            Command::Bench {
+                what: BenchCommand::Overload(args),
+            } => {
+                out(&bench::overload::run(&settings, &topology, &args)
                     .await?
                     .to_string());
             }

@@ -283,7 +283,10 @@ pub async fn run(
     settings.cql.keyspace = format!("benchapi_{stamp}");
     settings.api.session_key = format!("bench-session-key-{stamp:0>20}");
     settings.api.listen = "127.0.0.1:19480".into();
+    // The write path's own capacity: a wide, fixed bound (the adaptive limit is what
+    // `bench overload` measures).
     settings.api.max_writes_in_flight = 4096;
+    settings.api.write_latency_target = Duration::ZERO;
     settings.api.max_writes_per_s = 0.0;
     settings.api.relay = false;
     let (session, _) = crate::namespace::create(&settings, topology, true).await?;
@@ -499,6 +502,10 @@ pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<Pr
             (
                 "LIKES__API__MAX_WRITES_IN_FLIGHT",
                 a.max_writes_in_flight.to_string(),
+            ),
+            (
+                "LIKES__API__WRITE_LATENCY_TARGET",
+                humantime::format_duration(a.write_latency_target).to_string(),
             ),
             (
                 "LIKES__API__MAX_WRITES_PER_S",

@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod gen;
+pub mod overload;
 pub mod peer;
 mod plots;
 pub mod recovery;

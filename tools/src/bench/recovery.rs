@@ -47,6 +47,8 @@ pub struct Recovery {
     pub how: Restart,
     pub processing_again_s: f64,
     pub staleness_back_s: f64,
+    /// Stage 1's own account of its start (`dedupe processing` in its log).
+    pub start_phases: String,
 }
 
 /// Stops `stage` (running as `proc`) as `how` says, starts it again, and measures.
@@ -78,6 +80,7 @@ pub(super) async fn measure(
         how,
         processing_again_s: f64::NAN,
         staleness_back_s: f64::NAN,
+        start_phases: String::new(),
     };
     let staleness = || buckets(&scrape(COUNT_PORT), m::STALENESS_SECONDS);
     let mut prev = staleness();
@@ -106,6 +109,18 @@ pub(super) async fn measure(
             && quantile(&slice, 0.99) <= live_p99_s
         {
             r.staleness_back_s = killed.elapsed().as_secs_f64();
+        }
+    }
+    if stage == "dedupe" {
+        // Where the restart's time went, as the stage logged it.
+        let log = std::fs::read_to_string(dir.join("dedupe.log")).unwrap_or_default();
+        if let Some(line) = log.lines().rev().find(|l| l.contains("dedupe processing")) {
+            let phases = line.split_once("total_ms=").map_or(line, |(_, p)| p);
+            eprintln!(
+                "bench: {} of dedupe: its start: total_ms={phases}",
+                how.label()
+            );
+            r.start_phases = phases.to_string();
         }
     }
     eprintln!(

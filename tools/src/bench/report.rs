@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::api::{self as bench_api, ApiBenchArgs, ApiBenchReport};
+use super::overload::{OverloadArgs, OverloadReport};
 use super::scrape::{buckets, diff, quantile, scrape};
 use super::stats::{fig, mmm, Goal};
 use super::topology::{self as bench, spawn_stage, BenchArgs, BenchReport};
@@ -150,11 +151,24 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
         },
     )
     .await?;
+    eprintln!("bench report: the API past its capacity (the adaptive write limit)");
+    let overload = super::overload::run(
+        settings,
+        topology,
+        &OverloadArgs {
+            seconds: 30,
+            step_seconds: 8,
+            read_rate: 50.0,
+            rounds: args.repeats,
+            out: raw.clone(),
+        },
+    )
+    .await?;
     eprintln!("bench report: 3/3 sweep of offered load through the whole system");
     let sweep = sweep(settings, topology, args).await?;
 
     let machine = machine(settings).await;
-    let md = render(&machine, args, &topo, &short, &api, &sweep);
+    let md = render(&machine, args, &topo, &short, &api, &overload, &sweep);
     super::plots::plots(&args.out, &sweep)?;
     let path = args.out.join("report.md");
     std::fs::write(&path, md)?;
@@ -176,6 +190,7 @@ async fn sweep(
     settings.api.listen = "127.0.0.1:19481".into();
     // The sweep measures capacity, so the API admits everything the generator offers.
     settings.api.max_writes_in_flight = 20_000;
+    settings.api.write_latency_target = std::time::Duration::ZERO;
     settings.api.max_writes_per_s = 0.0;
     let dir = std::env::temp_dir().join(format!("likes-sweep-{stamp}"));
     settings.dedupe.state_dir = dir.join("state");
@@ -341,6 +356,7 @@ fn render(
     topo: &[BenchReport],
     short: &BenchReport,
     api: &ApiBenchReport,
+    overload: &OverloadReport,
     sweep: &[Vec<LevelRun>],
 ) -> String {
     let mut s = String::new();
@@ -502,6 +518,16 @@ fn render(
         api.rounds.len()
     );
     let _ = writeln!(s, "{api}\n");
+
+    let _ = writeln!(
+        s,
+        "## Overload: the API at 2× and 4× its capacity, {} rounds\n\n`likes api` with the \
+         product's admission (the adaptive limit on writes in flight, `api.write_latency_target` \
+         100 ms) takes likes open loop at twice and four times the capacity found with a fixed \
+         bound, while a reader asks for counts at 50/s (`likes-tools bench overload`).\n",
+        overload.rounds.len()
+    );
+    let _ = writeln!(s, "{}", overload.table());
 
     let _ = writeln!(
         s,

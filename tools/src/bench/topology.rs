@@ -227,7 +227,8 @@ pub(crate) fn spawn_stage(
                 "LIKES__TOPOLOGY__PATH",
                 dir.join("topology.toml").display().to_string(),
             ),
-            ("RUST_LOG", "warn".to_string()),
+            // Stage 1's start phases are an info line (the recovery bench prints it).
+            ("RUST_LOG", "warn,likes::dedupe=info".to_string()),
         ],
     );
     procs::spawn_attached(stage, stage, dir, &env)

@@ -1,0 +1,439 @@
+//! `likes-tools bench overload`: the API past its capacity (issue 26, item 3).
+//!
+//! Each round first finds the API's capacity: the highest rate of likes it answers with p99
+//! under the SLO (150 ms), no more than 1% errors and 90% of the offered rate achieved, with
+//! the adaptive limit off (a fixed bound of 4,096: the write path's own capacity). Then
+//! `likes api` with the product's admission (the adaptive limit, its defaults) takes 2× and
+//! 4× that rate, open loop, for `--seconds` each, while a reader asks for counts at
+//! `--read-rate`. Reported per level: goodput (writes answered 200 a second) against the
+//! capacity, the p99 of accepted writes at the client (from each request's scheduled time)
+//! and at the server (`likes_api_admitted_write_seconds`), the p99 of shed answers (503),
+//! and the readers' p99 against their p99 with no write load. Goals: goodput ≥ 0.9×
+//! capacity, accepted p99 < 150 ms at both ends, shed p99 < 5 ms, reads' p99 within 2×.
+//!
+//! Everything runs on this box: the load generator takes CPU from the API and Cassandra,
+//! which is part of what the figures show.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use super::scrape::{buckets, diff, quantile, scrape};
+use super::stats::{fig, mmm, Goal};
+use crate::procs::{self, stop, Proc};
+use likes::api::auth::Signer;
+use likes::config::Settings;
+use likes::runtime::metrics as m;
+use likes::topology::Topology;
+
+const API_METRICS_PORT: u16 = 19482;
+const SLO_P99_MS: f64 = 150.0;
+
+/// Knobs of `likes-tools bench overload`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OverloadArgs {
+    /// Seconds of offered load per level.
+    #[arg(long, default_value_t = 30)]
+    pub seconds: u64,
+    /// Seconds per step of the capacity search.
+    #[arg(long, default_value_t = 8)]
+    pub step_seconds: u64,
+    /// Count reads a second beside the writes.
+    #[arg(long, default_value_t = 50.0)]
+    pub read_rate: f64,
+    /// Rounds (capacity, then each level); medians and min–max.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Where the JSON report goes.
+    #[arg(long, default_value = "bench/out")]
+    pub out: PathBuf,
+}
+
+/// One level of offered load.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Level {
+    pub factor: f64,
+    pub offered_per_s: f64,
+    pub goodput_per_s: f64,
+    pub shed_share: f64,
+    pub errors: u64,
+    pub accepted_p99_ms: f64,
+    pub accepted_server_p99_ms: f64,
+    pub shed_p99_ms: f64,
+    pub reads_p99_ms: f64,
+    /// The adaptive limit at the end of the level.
+    pub limit_at_end: f64,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Round {
+    pub capacity_per_s: f64,
+    pub reads_unloaded_p99_ms: f64,
+    pub levels: Vec<Level>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct OverloadReport {
+    pub seconds: u64,
+    pub rounds: Vec<Round>,
+}
+
+/// What one open-loop run saw, milliseconds from each request's scheduled time.
+#[derive(Default)]
+struct Seen {
+    ok: Vec<f64>,
+    shed: Vec<f64>,
+    errors: u64,
+}
+
+fn p99(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[(v.len() * 99 / 100).min(v.len() - 1)]
+}
+
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    signer: Arc<Signer>,
+    expires: i64,
+}
+
+impl Client {
+    /// Likes of fresh edges at `rate` for `seconds`, open loop.
+    async fn writes(&self, tag: &str, rate: f64, seconds: u64) -> Seen {
+        let n = (rate * seconds as f64) as u64;
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let started = Instant::now();
+        let mut tasks = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let due = started + Duration::from_secs_f64(i as f64 / rate);
+            tokio::time::sleep_until(due.into()).await;
+            let user = format!("o{tag}-{i}");
+            let token = self.signer.sign(&user, self.expires);
+            let req = self
+                .http
+                .post(format!("{}/v1/items/item-{}/likes", self.url, i % 10_000))
+                .bearer_auth(token)
+                .header("Idempotency-Key", format!("o{tag}-{i}"));
+            let seen = seen.clone();
+            tasks.push(tokio::spawn(async move {
+                let status = req.send().await.map(|r| r.status().as_u16());
+                let ms = due.elapsed().as_secs_f64() * 1000.0;
+                let mut s = seen.lock().await;
+                match status {
+                    Ok(200..=299) => s.ok.push(ms),
+                    Ok(503) => s.shed.push(ms),
+                    _ => s.errors += 1,
+                }
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        let out = std::mem::take(&mut *seen.lock().await);
+        out
+    }
+
+    /// Count reads at `rate` until `stop`; returns their latencies (errors count as 30 s).
+    async fn reads(&self, rate: f64, stop: Arc<AtomicU64>) -> Vec<f64> {
+        let started = Instant::now();
+        let token = self.signer.sign("reader", self.expires);
+        let mut tasks = Vec::new();
+        for i in 0.. {
+            if stop.load(Ordering::Relaxed) == 1 {
+                break;
+            }
+            let due = started + Duration::from_secs_f64(i as f64 / rate);
+            tokio::time::sleep_until(due.into()).await;
+            let req = self
+                .http
+                .get(format!("{}/v1/items/item-{}/count", self.url, i % 10_000))
+                .bearer_auth(&token);
+            tasks.push(tokio::spawn(async move {
+                match req.send().await {
+                    Ok(r) if r.status().is_success() => due.elapsed().as_secs_f64() * 1000.0,
+                    _ => 30_000.0,
+                }
+            }));
+        }
+        let mut out = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            if let Ok(ms) = t.await {
+                out.push(ms);
+            }
+        }
+        out
+    }
+
+    /// Reads alone for `seconds`.
+    async fn reads_for(&self, rate: f64, seconds: u64) -> Vec<f64> {
+        let stop = Arc::new(AtomicU64::new(0));
+        let s = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(seconds)).await;
+            s.store(1, Ordering::Relaxed);
+        });
+        self.reads(rate, stop).await
+    }
+}
+
+fn spawn(settings: &Settings, dir: &std::path::Path, adaptive: bool) -> Result<Proc> {
+    let a = &settings.api;
+    let (max, target) = if adaptive {
+        ("256", "100ms")
+    } else {
+        ("4096", "0s")
+    };
+    let env = procs::env_in(
+        &settings.cql.keyspace,
+        &settings.kafka.topic_prefix,
+        [
+            ("LIKES__API__LISTEN", a.listen.clone()),
+            ("LIKES__API__SESSION_KEY", a.session_key.clone()),
+            ("LIKES__API__MAX_WRITES_IN_FLIGHT", max.to_string()),
+            ("LIKES__API__WRITE_LATENCY_TARGET", target.to_string()),
+            ("LIKES__API__MAX_WRITES_PER_S", "0".to_string()),
+            ("LIKES__API__RELAY", "false".to_string()),
+            (
+                "LIKES__METRICS__LISTEN",
+                format!("127.0.0.1:{API_METRICS_PORT}"),
+            ),
+            ("RUST_LOG", "warn".to_string()),
+        ],
+    );
+    procs::spawn_attached("api", "api", dir, &env)
+}
+
+pub async fn run(
+    base: &Settings,
+    topology: &Topology,
+    args: &OverloadArgs,
+) -> Result<OverloadReport> {
+    let stamp = likes::runtime::clock::now_ms();
+    let mut settings = base.clone();
+    settings.kafka.topic_prefix = format!("benchover{stamp}.");
+    settings.cql.keyspace = format!("benchover_{stamp}");
+    settings.api.session_key = format!("bench-session-key-{stamp:0>20}");
+    settings.api.listen = "127.0.0.1:19481".into();
+    let (session, _) = crate::namespace::create(&settings, topology, true).await?;
+    let dir = std::env::temp_dir().join(format!("likes-benchover-{stamp}"));
+    std::fs::create_dir_all(&dir)?;
+    let client = Client {
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(4096)
+            .build()
+            .map_err(|e| anyhow!(format!("http client: {e}")))?,
+        url: format!("http://{}", settings.api.listen),
+        signer: Arc::new(Signer::new(settings.api.session_key.as_bytes())),
+        expires: stamp / 1000 + 3600,
+    };
+    let mut report = OverloadReport {
+        seconds: args.seconds,
+        ..Default::default()
+    };
+    for round in 0..args.rounds {
+        let tag = format!("r{round}");
+        // The capacity, with the write path's own bound.
+        let mut api = spawn(&settings, &dir, false)?;
+        super::api::wait_ready(&client.http, &client.url).await?;
+        let capacity = capacity(&client, &tag, args.step_seconds).await;
+        stop(&mut api);
+
+        let mut api = spawn(&settings, &dir, true)?;
+        super::api::wait_ready(&client.http, &client.url).await?;
+        // Warm the limit up to this box before the measured levels.
+        client.writes(&format!("{tag}w"), capacity, 5).await;
+        let mut unloaded = client.reads_for(args.read_rate, 10).await;
+        let mut r = Round {
+            capacity_per_s: capacity,
+            reads_unloaded_p99_ms: p99(&mut unloaded),
+            levels: Vec::new(),
+        };
+        for factor in [2.0, 4.0] {
+            let rate = capacity * factor;
+            let before = buckets(&scrape(API_METRICS_PORT), m::API_ADMITTED_WRITE_SECONDS);
+            let stop_reads = Arc::new(AtomicU64::new(0));
+            let (mut seen, mut reads) = tokio::join!(
+                async {
+                    let s = client
+                        .writes(&format!("{tag}x{factor}"), rate, args.seconds)
+                        .await;
+                    stop_reads.store(1, Ordering::Relaxed);
+                    s
+                },
+                client.reads(args.read_rate, stop_reads.clone())
+            );
+            let metrics = scrape(API_METRICS_PORT);
+            let server = diff(&buckets(&metrics, m::API_ADMITTED_WRITE_SECONDS), &before);
+            let total = (seen.ok.len() + seen.shed.len()) as f64 + seen.errors as f64;
+            let level = Level {
+                factor,
+                offered_per_s: rate,
+                goodput_per_s: seen.ok.len() as f64 / args.seconds as f64,
+                shed_share: seen.shed.len() as f64 / total.max(1.0),
+                errors: seen.errors,
+                accepted_p99_ms: p99(&mut seen.ok),
+                accepted_server_p99_ms: quantile(&server, 0.99) * 1000.0,
+                shed_p99_ms: p99(&mut seen.shed),
+                reads_p99_ms: p99(&mut reads),
+                limit_at_end: metrics.get(m::API_WRITE_LIMIT).copied().unwrap_or(f64::NAN),
+            };
+            eprintln!(
+                "bench overload: {factor}x capacity ({rate:.0}/s): goodput {:.0}/s ({:.2}x), accepted p99 {:.0} ms (server {:.0} ms), shed {:.0}% p99 {:.1} ms, reads p99 {:.1} ms (unloaded {:.1}), limit {:.0}, {} errors",
+                level.goodput_per_s,
+                level.goodput_per_s / capacity,
+                level.accepted_p99_ms,
+                level.accepted_server_p99_ms,
+                level.shed_share * 100.0,
+                level.shed_p99_ms,
+                level.reads_p99_ms,
+                r.reads_unloaded_p99_ms,
+                level.limit_at_end,
+                level.errors
+            );
+            r.levels.push(level);
+            // Let the backlog of the last level drain before the next.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        stop(&mut api);
+        report.rounds.push(r);
+    }
+    crate::namespace::drop(&session, &settings, topology).await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&args.out)?;
+    let path = args.out.join(format!("overload-{stamp}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    eprintln!("bench overload: report written to {}", path.display());
+    Ok(report)
+}
+
+/// The highest rate sustained within the SLO: up by half until a step fails, then one
+/// bisection step.
+async fn capacity(client: &Client, tag: &str, step_seconds: u64) -> f64 {
+    let sustained = |s: &mut Seen, rate: f64| {
+        let done = s.ok.len() as f64;
+        p99(&mut s.ok) < SLO_P99_MS
+            && (s.errors + s.shed.len() as u64) as f64 <= 0.01 * done.max(1.0)
+            && done / step_seconds as f64 >= 0.9 * rate
+    };
+    let (mut best, mut rate, mut failed) = (0.0, 200.0, None);
+    for step in 0.. {
+        let mut s = client
+            .writes(&format!("{tag}c{step}"), rate, step_seconds)
+            .await;
+        let ok = sustained(&mut s, rate);
+        eprintln!(
+            "bench overload: capacity step {rate:.0}/s: {}",
+            if ok { "sustained" } else { "not sustained" }
+        );
+        if !ok {
+            failed = Some(rate);
+            break;
+        }
+        best = rate;
+        rate *= 1.5;
+    }
+    if let Some(fail) = failed.filter(|_| best > 0.0) {
+        let mid: f64 = (best * fail).sqrt();
+        let mut s = client.writes(&format!("{tag}cm"), mid, step_seconds).await;
+        if sustained(&mut s, mid) {
+            best = mid;
+        }
+    }
+    best
+}
+
+/// A row of the table: its name, median (min–max), goal and decimals.
+type Row = (&'static str, (f64, f64, f64), Goal, usize);
+
+impl std::fmt::Display for OverloadReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.table())
+    }
+}
+
+impl OverloadReport {
+    /// The rows of bench/report.md: medians over rounds with min–max, and each goal.
+    pub fn table(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let cap = mmm(self.rounds.iter().map(|r| r.capacity_per_s));
+        let _ = writeln!(
+            s,
+            "API capacity (p99 < 150 ms, fixed bound): {} writes/s; {} s per level, open loop, reads beside them\n",
+            fig(cap, 0),
+            self.seconds
+        );
+        let _ = writeln!(
+            s,
+            "| offered | figure | median (min–max) | goal |\n|---|---|---|---|"
+        );
+        for (k, factor) in [2.0, 4.0].iter().enumerate() {
+            let get = |f: fn(&Round, &Level) -> f64| {
+                mmm(self
+                    .rounds
+                    .iter()
+                    .filter_map(|r| r.levels.get(k).map(|l| f(r, l))))
+            };
+            let rows: [Row; 6] = [
+                (
+                    "goodput / capacity",
+                    get(|r, l| l.goodput_per_s / r.capacity_per_s),
+                    Goal::at_least(0.9),
+                    2,
+                ),
+                (
+                    "accepted writes' p99 at the client, ms",
+                    get(|_, l| l.accepted_p99_ms),
+                    Goal::at_most(150.0),
+                    0,
+                ),
+                (
+                    "accepted writes' p99 at the server, ms",
+                    get(|_, l| l.accepted_server_p99_ms),
+                    Goal::at_most(150.0),
+                    0,
+                ),
+                (
+                    "shed writes (503) answered, p99 ms",
+                    get(|_, l| l.shed_p99_ms),
+                    Goal::at_most(5.0),
+                    1,
+                ),
+                (
+                    "reads' p99 / unloaded reads' p99",
+                    get(|r, l| l.reads_p99_ms / r.reads_unloaded_p99_ms),
+                    Goal::at_most(2.0),
+                    2,
+                ),
+                (
+                    "share of writes shed",
+                    get(|_, l| l.shed_share),
+                    Goal::at_least(0.0),
+                    2,
+                ),
+            ];
+            for (name, v, goal, digits) in rows {
+                let verdict = if goal.bound == 0.0 {
+                    "reported".to_string()
+                } else {
+                    goal.verdict(v.0)
+                };
+                let _ = writeln!(
+                    s,
+                    "| {factor}× capacity | {name} | {} | {verdict} |",
+                    fig(v, digits)
+                );
+            }
+        }
+        s
+    }
+}
