@@ -85,7 +85,7 @@ pub struct ApiSettings {
     /// Writes in flight past which new writes get 503 + Retry-After at once: the ceiling of
     /// the adaptive limit (src/api/limit.rs).
     pub max_writes_in_flight: usize,
-    /// The p95 latency the adaptive limit keeps admitted writes under (0: a fixed bound at
+    /// The p99 latency the adaptive limit keeps admitted writes under (0: a fixed bound at
     /// `max_writes_in_flight`).
     #[serde(with = "humantime_serde")]
     pub write_latency_target: Duration,

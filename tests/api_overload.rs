@@ -182,7 +182,7 @@ async fn the_write_limit_comes_down_when_the_database_slows_and_goes_back_up() {
     assert!(ok > 0, "writes are answered");
 
     fail::cfg("api-write-delay", "return(300)").unwrap();
-    // The limit moves once per window of 20 writes (about 0.4 s of 16 writers at 300 ms).
+    // The limit moves once per window (50 writes or 1 s: about 1 s of 16 writers at 300 ms).
     let (settle_ok, settle_shed) = flood(&client, "b", 16, Duration::from_secs(3)).await;
     let (ok, shed) = flood(&client, "c", 16, Duration::from_secs(3)).await;
     eprintln!("slow: settling ok {settle_ok}, shed {settle_shed}; then ok {ok}, shed {shed}");

@@ -83,7 +83,7 @@ pub const API_REQUEST_SECONDS: &str = "likes_api_request_duration_seconds";
 /// API: the adaptive limit on writes in flight (src/api/limit.rs).
 pub const API_WRITE_LIMIT: &str = "likes_api_write_limit";
 /// API: time from admission to the answer of each admitted write, seconds (what the
-/// adaptive limit keeps under `api.write_latency_target` at p95).
+/// adaptive limit keeps under `api.write_latency_target` at p99).
 pub const API_ADMITTED_WRITE_SECONDS: &str = "likes_api_admitted_write_seconds";
 /// API: writes refused at admission (label `reason`: rate, in_flight).
 pub const API_SHED: &str = "likes_api_writes_shed_total";
@@ -237,7 +237,7 @@ fn describe() {
     describe_counter!(API_SHED, "API writes refused at admission (429/503)");
     metrics::describe_gauge!(
         API_WRITE_LIMIT,
-        "the adaptive limit on API writes in flight: down when admitted writes' p95 passes api.write_latency_target, up while under it and reached"
+        "the adaptive limit on API writes in flight: down when admitted writes' p99 passes api.write_latency_target, up while under it and reached"
     );
     metrics::describe_histogram!(
         API_ADMITTED_WRITE_SECONDS,
