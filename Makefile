@@ -134,7 +134,7 @@ fuzz: ## Run each fuzz target (decoders of outside bytes) for FUZZ_SECONDS (nigh
 test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts the stack)
 	@stack/prereqs.sh build
 	$(CARGO) build --workspace --bins --features likes/failpoints
-	$(TOOLS) prune
+	$(TOOLS) prune || echo "make test: the prune failed (see above); testing anyway"
 	$(CARGO) test --workspace --all-targets --features likes/failpoints --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
 	  status=$${PIPESTATUS[0]}; \
 	  awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(LIKES_CACHE)/last-test.log \
@@ -143,8 +143,6 @@ test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; star
 
 test-regions: up-regions ## The tests against the two-datacenter Cassandra (tests/regions.rs, regions_count.rs, regions_down.rs)
 	@stack/prereqs.sh build
-	$(CARGO) build --workspace --bins --features likes/failpoints
-	$(TOOLS) prune
 	$(CARGO) test --features likes/failpoints --test regions --test regions_count --test regions_down -- --include-ignored
 
 # `make chaos-regions RUNS=10 SEED=1`: the two-region fault run (tests/regions_count.rs) for seeds SEED..SEED+RUNS-1.

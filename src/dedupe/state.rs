@@ -131,8 +131,9 @@ impl EdgeStore {
         opts.set_write_buffer_size(32 << 20);
         opts.set_max_write_buffer_number(2);
         opts.set_max_open_files(256);
-        // The WAL never outgrows the memtables it backs (replayed at open: bounded time).
-        opts.set_max_total_wal_size(64 << 20);
+        // RocksDB's default, said here because the state relies on it: a damaged WAL tail is
+        // cut at the last whole batch, never half-applied. The WAL replayed at open is bounded
+        // by the memtables it backs (2 × 32 MiB): a flushed memtable retires its WAL.
         opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
         // Most lookups are of edges never seen (first likes): a memtable bloom filter answers
         // those without walking the skip list.
@@ -183,8 +184,8 @@ impl EdgeStore {
         Ok(v.and_then(|b| PartitionMark::decode(&b)))
     }
 
-    /// Writes edges and partition marks atomically (one WriteBatch, without the WAL: see
-    /// below).
+    /// Writes edges and partition marks atomically (one WriteBatch, through the WAL but not
+    /// synced: see [`unsynced`]).
     pub fn commit<'a>(
         &self,
         edges: impl IntoIterator<Item = (&'a [u8], &'a EdgeVersion)>,

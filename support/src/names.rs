@@ -25,11 +25,18 @@ pub fn owner_pid(namespace: &str) -> Option<u32> {
     let namespace = namespace.split('.').next()?;
     let mut parts = namespace.rsplitn(4, '_');
     let (n, ms, pid, base) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if base.is_empty() || !digits(n) || !digits(ms) || !digits(pid) {
+    // As `unique` writes them: no leading zeros, millis below 10^8, a pid Linux can give
+    // (pid_max is at most 2^22). A date-like `likes_2024_06_01` is not one.
+    let number = |s: &str, max_len: usize| {
+        !s.is_empty()
+            && s.len() <= max_len
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && (s == "0" || !s.starts_with('0'))
+    };
+    if base.is_empty() || !number(n, 10) || !number(ms, 8) || !number(pid, 7) {
         return None;
     }
-    pid.parse().ok()
+    pid.parse().ok().filter(|&p: &u32| p > 0 && p <= 1 << 22)
 }
 
 /// A namespace [`unique`] named whose process has exited: what a test run that failed, or
@@ -56,16 +63,22 @@ mod tests {
         assert_eq!(super::owner_pid(&mine), Some(std::process::id()));
         assert!(!super::is_left_behind(&mine));
         assert!(!super::is_left_behind(&format!("{mine}.b.likes.events")));
-        // pid_max on Linux is at most 2^22: this pid never runs.
-        assert!(super::is_left_behind(
-            "regions_down_99999999_91333182_1.a.likes.dlq"
-        ));
+        // A pid nothing runs under now, counting down from Linux's largest.
+        let gone = (1..=1u32 << 22)
+            .rev()
+            .find(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+            .unwrap();
+        assert!(super::is_left_behind(&format!(
+            "regions_down_{gone}_91333182_1.a.likes.dlq"
+        )));
         for other in [
             "likes",
             "chaos_2_177791",
             "demo.likes.events",
             "__consumer_offsets",
             "a_1_x_2",
+            "likes_2024_06_01",
+            "t_99999999_1_0",
         ] {
             assert_eq!(super::owner_pid(other), None, "{other}");
         }

@@ -20,6 +20,18 @@ pub struct Pruned {
 }
 
 pub async fn run(settings: &Settings) -> Result<Pruned> {
+    // A process's liveness is read from this machine's /proc: only a stack on this machine
+    // can say whether the run that named a namespace is gone.
+    let local =
+        |addr: &str| addr.trim().starts_with("127.") || addr.trim().starts_with("localhost");
+    let brokers = &settings.kafka.brokers;
+    if !brokers.split(',').all(local) || !settings.cql.nodes.iter().all(|n| local(n)) {
+        anyhow::bail!(
+            "prune works on a stack on this machine only (kafka {brokers}, cql {:?}): \
+             whether another machine's test run is gone cannot be told from here",
+            settings.cql.nodes
+        );
+    }
     let consumer: BaseConsumer = likes::kafka::client_config(&settings.kafka).create()?;
     let metadata =
         tokio::task::block_in_place(|| consumer.fetch_metadata(None, Duration::from_secs(30)))?;

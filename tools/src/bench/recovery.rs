@@ -74,6 +74,9 @@ pub(super) async fn measure(
         "dedupe" => (DEDUPE_PORT, m::EVENTS_IN),
         _ => (COUNT_PORT, m::DELTAS_APPLIED),
     };
+    // The log is appended across starts: this start's lines are those past its length now.
+    let log_path = dir.join(format!("{stage}.log"));
+    let log_from = std::fs::metadata(&log_path).map_or(0, |m| m.len() as usize);
     *proc = spawn_stage(stage, settings, port, dir)?;
     let mut r = Recovery {
         stage,
@@ -113,8 +116,9 @@ pub(super) async fn measure(
     }
     if stage == "dedupe" {
         // Where the restart's time went, as the stage logged it.
-        let log = std::fs::read_to_string(dir.join("dedupe.log")).unwrap_or_default();
-        if let Some(line) = log.lines().rev().find(|l| l.contains("dedupe processing")) {
+        let log = std::fs::read(&log_path).unwrap_or_default();
+        let log = String::from_utf8_lossy(log.get(log_from..).unwrap_or_default());
+        if let Some(line) = log.lines().find(|l| l.contains("dedupe processing")) {
             let phases = line.split_once("total_ms=").map_or(line, |(_, p)| p);
             eprintln!(
                 "bench: {} of dedupe: its start: total_ms={phases}",
