@@ -512,6 +512,8 @@ pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<Pr
                 a.max_writes_per_s.to_string(),
             ),
             ("LIKES__API__RELAY", "false".to_string()),
+            // Off unless the bench set it (`bench overload` scrapes the API).
+            ("LIKES__METRICS__LISTEN", settings.metrics.listen.clone()),
             ("RUST_LOG", "warn".to_string()),
         ],
     );

@@ -25,7 +25,7 @@ use tokio::sync::Mutex;
 
 use super::scrape::{buckets, diff, quantile, scrape};
 use super::stats::{fig, mmm, Goal};
-use crate::procs::{self, stop, Proc};
+use crate::procs::{stop, Proc};
 use likes::api::auth::Signer;
 use likes::config::Settings;
 use likes::runtime::metrics as m;
@@ -185,33 +185,22 @@ impl Client {
     }
 }
 
+/// `likes api` with the write path's own bound (4,096 in flight, the adaptive limit off), or
+/// with the product's admission.
 fn spawn(settings: &Settings, dir: &std::path::Path, adaptive: bool) -> Result<Proc> {
-    let a = &settings.api;
+    let mut settings = settings.clone();
+    // The figures of 12-02 (docs/performance.md) were taken at a 100 ms target, before the
+    // default became the SLO's 150 ms.
     let (max, target) = if adaptive {
-        // The figures of 12-02 (docs/performance.md) were taken at 100 ms, before the default
-        // became the SLO's 150 ms.
-        ("256", "150ms")
+        (256, Duration::from_millis(150))
     } else {
-        ("4096", "0s")
+        (4096, Duration::ZERO)
     };
-    let env = procs::env_in(
-        &settings.cql.keyspace,
-        &settings.kafka.topic_prefix,
-        [
-            ("LIKES__API__LISTEN", a.listen.clone()),
-            ("LIKES__API__SESSION_KEY", a.session_key.clone()),
-            ("LIKES__API__MAX_WRITES_IN_FLIGHT", max.to_string()),
-            ("LIKES__API__WRITE_LATENCY_TARGET", target.to_string()),
-            ("LIKES__API__MAX_WRITES_PER_S", "0".to_string()),
-            ("LIKES__API__RELAY", "false".to_string()),
-            (
-                "LIKES__METRICS__LISTEN",
-                format!("127.0.0.1:{API_METRICS_PORT}"),
-            ),
-            ("RUST_LOG", "warn".to_string()),
-        ],
-    );
-    procs::spawn_attached("api", "api", dir, &env)
+    settings.api.max_writes_in_flight = max;
+    settings.api.write_latency_target = target;
+    settings.api.max_writes_per_s = 0.0;
+    settings.metrics.listen = format!("127.0.0.1:{API_METRICS_PORT}");
+    super::api::spawn_api(&settings, dir)
 }
 
 pub async fn run(
@@ -248,6 +237,13 @@ pub async fn run(
         super::api::wait_ready(&client.http, &client.url).await?;
         let capacity = capacity(&client, &tag, args.step_seconds).await;
         stop(&mut api);
+        if capacity <= 0.0 {
+            anyhow::bail!(
+                "bench overload: the API did not sustain even the first step (200 writes/s with \
+                 p99 < 150 ms): a debug build, or a stack in trouble? (`make bench-overload` \
+                 builds a release)"
+            );
+        }
 
         let mut api = spawn(&settings, &dir, true)?;
         super::api::wait_ready(&client.http, &client.url).await?;
