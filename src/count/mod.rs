@@ -131,6 +131,13 @@ impl Count {
         let closed = self.windows.take_closed();
         let wrote = !closed.is_empty();
         if wrote {
+            let now = crate::runtime::clock::now_ms();
+            for d in closed.iter().flat_map(|w| w.items.values()) {
+                metrics::histogram!(m::WINDOW_CLOSED_SECONDS).record_many(
+                    now.saturating_sub(d.mean_event_time_ms()).max(0) as f64 / 1000.0,
+                    d.events as usize,
+                );
+            }
             let records: u64 = closed.iter().map(|w| w.records).sum();
             self.sink.apply(closed).await?;
             metrics::counter!(m::DELTAS_APPLIED).increment(records);

@@ -66,6 +66,10 @@ pub const ERASURES_PENDING: &str = "likes_erasures_pending";
 /// Stage 2: sink time minus event time, per flip (from the mean event time of the flips each
 /// delta combines), seconds.
 pub const STALENESS_SECONDS: &str = "likes_count_staleness_seconds";
+/// Stage 2: the time a closed window is handed to the sink minus the mean event time of its
+/// flips, seconds: staleness before the counter-row write (input delay + the window's wait
+/// for its end and for the round to end).
+pub const WINDOW_CLOSED_SECONDS: &str = "likes_count_window_closed_seconds";
 /// Stage 1: time per loop turn phase, seconds (label `phase`: poll, process, commit, state).
 /// Where a slow stage 1 spends its time: CPU (process, state) or waiting on Kafka (commit).
 pub const TURN_SECONDS: &str = "likes_dedupe_turn_seconds";
@@ -336,6 +340,11 @@ fn describe() {
         TURN_SECONDS,
         Unit::Seconds,
         "stage-1 time per loop phase (poll, process, commit, state)"
+    );
+    describe_histogram!(
+        WINDOW_CLOSED_SECONDS,
+        Unit::Seconds,
+        "closed window handed to the sink minus event time, per flip"
     );
     describe_histogram!(
         STALENESS_SECONDS,

@@ -14,8 +14,10 @@
 //!    start until stage 1 has committed every record and stage 2 has applied every delta
 //!    stage 1 wrote (both from their own /metrics, never from the counter table, so the
 //!    measurement does not compete with the sink); then every count is checked item by item.
-//! 5. Live phase: produce at half the drained rate, open loop, and after a 5 s warm-up read
-//!    staleness at the sink (sink time - event time) from the count stage's histogram.
+//! 5. Live phases: produce at half, then three quarters of the drained rate, open loop, and
+//!    after a 5 s warm-up read staleness at the sink (sink time - event time) and where it
+//!    goes, stage by stage, from both stages' histograms ([`Breakdown`]).
+//! 6. Recovery: kill -9, then a graceful restart, of each stage under the half-rate load.
 //!
 //! Figures come from the stages' own /metrics; peak RSS from /proc (VmHWM).
 
@@ -64,9 +66,16 @@ pub struct BenchArgs {
     /// Share of events that go to the viral item.
     #[arg(long, default_value_t = 0.3)]
     pub viral_share: f64,
-    /// Seconds of the measured live phase at half the drained rate (after a 5 s warm-up).
+    /// Seconds of each measured live phase (after a 5 s warm-up).
     #[arg(long, default_value_t = 20)]
     pub live_seconds: u64,
+    /// The live phases' rates, as fractions of the drained rate; the first also carries the
+    /// recovery measurements.
+    #[arg(long, value_delimiter = ',', default_values_t = [0.5, 0.75])]
+    pub live_fractions: Vec<f64>,
+    /// Skip the kill -9 and graceful restarts (a quicker run for staleness work).
+    #[arg(long)]
+    pub no_recovery: bool,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Window length for this run instead of the topology's (e.g. 250ms): staleness can
@@ -85,6 +94,11 @@ impl BenchArgs {
     pub fn check(&self) -> Result<()> {
         if !(0.0..1.0).contains(&self.viral_share) || self.items == 0 || self.events == 0 {
             anyhow::bail!("--viral-share must be in [0, 1), --items and --events above 0");
+        }
+        if self.live_fractions.is_empty()
+            || self.live_fractions.iter().any(|f| !(*f > 0.0 && *f <= 1.0))
+        {
+            anyhow::bail!("--live-fractions: one or more fractions in (0, 1]");
         }
         Ok(())
     }
@@ -128,6 +142,8 @@ pub struct BenchReport {
     /// Events reaching stage 1's processing: wall clock minus event time.
     pub live_stage1_arrival_p50_s: f64,
     pub live_stage1_arrival_p99_s: f64,
+    /// Each live phase's staleness, stage by stage (the first is the one above).
+    pub live: Vec<Breakdown>,
     /// After kill -9 of each stage under the live load (the stage started again at once).
     pub recovery: Vec<Recovery>,
     pub dedupe_peak_rss_mb: f64,
@@ -424,24 +440,46 @@ pub async fn topology(
         args.events, report.drain_seconds, report.topology_events_per_s, report.ratio_to_peer
     );
 
-    // 4. Live: half the drained rate, open loop. The first seconds are a warm-up, not
-    //    measured: the stages are still settling the backlog's aftermath (RocksDB
-    //    compactions, the sink's last rounds).
-    let rate = (report.topology_events_per_s / 2.0).max(1.0);
-    report.live_rate_events_per_s = rate;
-    let warmup_events = (rate * LIVE_WARMUP.as_secs_f64()) as u64;
-    let live_events = warmup_events + (rate * args.live_seconds as f64) as u64;
-    let (before, before_dedupe) =
-        produce_live(&p, &mut g, &events_topic, rate, live_events, warmup_events).await?;
-    p.flush(Duration::from_secs(60))?;
-    wait_drained((args.events + live_events) as f64).await?;
-    live_figures(&mut report, &before, &before_dedupe);
+    // 5. Live: fractions of the drained rate, open loop. The first seconds of each are a
+    //    warm-up, not measured: the stages are still settling the backlog's (or the last
+    //    phase's) aftermath (RocksDB compactions, the sink's last rounds).
+    let mut produced = args.events;
+    for &fraction in &args.live_fractions {
+        let rate = (report.topology_events_per_s * fraction).max(1.0);
+        let warmup_events = (rate * LIVE_WARMUP.as_secs_f64()) as u64;
+        let live_events = warmup_events + (rate * args.live_seconds as f64) as u64;
+        let (before, before_dedupe) =
+            produce_live(&p, &mut g, &events_topic, rate, live_events, warmup_events).await?;
+        p.flush(Duration::from_secs(60))?;
+        produced += live_events;
+        wait_drained(produced as f64).await?;
+        let b = Breakdown::since(fraction, rate, &before, &before_dedupe);
+        eprintln!("bench: live at {fraction} of the drained rate: {b:?}");
+        report.live.push(b);
+    }
+    let half = &report.live[0];
+    report.live_rate_events_per_s = half.rate_events_per_s;
+    [report.live_stage1_arrival_p50_s, report.live_stage1_arrival_p99_s] = half.stage1_read_s;
+    [report.live_input_delay_p50_s, report.live_input_delay_p99_s] = half.delta_on_log_s;
+    [report.live_staleness_p50_s, report.live_staleness_p99_s] = half.row_written_s;
+    let rate = half.rate_events_per_s;
+    report.windows_applied = scrape(COUNT_PORT)
+        .get(m::WINDOWS_APPLIED)
+        .copied()
+        .unwrap_or(0.0);
+    report.lwts = scrape(COUNT_PORT).get(m::SINK_LWTS).copied().unwrap_or(0.0);
+    report.lwts_per_applied_window = report.lwts / report.windows_applied.max(1.0);
     memory_figures(&mut report, dedupe.child.id(), count.child.id());
 
     // 6. Recovery: kill -9 of each stage, then a graceful restart of each, while the live
     //    load goes on.
     let n = (rate * (recovery::GIVE_UP.as_secs_f64() + 10.0)) as u64;
-    for how in [Restart::Kill9, Restart::Graceful] {
+    let restarts: &[Restart] = if args.no_recovery {
+        &[]
+    } else {
+        &[Restart::Kill9, Restart::Graceful]
+    };
+    for &how in restarts {
         for (stage, proc) in [("dedupe", &mut dedupe), ("count", &mut count)] {
             let p99 = report.live_staleness_p99_s;
             let (produced, r) = tokio::join!(
@@ -529,30 +567,48 @@ fn turn_phases(d: &HashMap<String, f64>) -> [f64; 4] {
     })
 }
 
-/// The live phase's figures: the histograms' growth since `before`, and the sink's totals.
-fn live_figures(
-    report: &mut BenchReport,
-    before: &HashMap<String, f64>,
-    before_dedupe: &HashMap<String, f64>,
-) {
-    let after = scrape(COUNT_PORT);
-    let live = |name: &str| diff(&buckets(&after, name), &buckets(before, name));
-    let staleness = live(m::STALENESS_SECONDS);
-    report.live_staleness_p50_s = quantile(&staleness, 0.5);
-    report.live_staleness_p99_s = quantile(&staleness, 0.99);
-    let after_dedupe = scrape(DEDUPE_PORT);
-    let arrival = diff(
-        &buckets(&after_dedupe, m::EVENT_DELAY_SECONDS),
-        &buckets(before_dedupe, m::EVENT_DELAY_SECONDS),
-    );
-    report.live_stage1_arrival_p50_s = quantile(&arrival, 0.5);
-    report.live_stage1_arrival_p99_s = quantile(&arrival, 0.99);
-    let input = live(m::INPUT_DELAY_SECONDS);
-    report.live_input_delay_p50_s = quantile(&input, 0.5);
-    report.live_input_delay_p99_s = quantile(&input, 0.99);
-    report.windows_applied = after.get(m::WINDOWS_APPLIED).copied().unwrap_or(0.0);
-    report.lwts = after.get(m::SINK_LWTS).copied().unwrap_or(0.0);
-    report.lwts_per_applied_window = report.lwts / report.windows_applied.max(1.0);
+/// Where one live phase's staleness goes: each figure is [p50, p99] seconds since the event
+/// time, at four points of the path (issue 26, item 2). Each stage's histogram has its own
+/// weighting (stage 1 per event, the delta per record from its earliest event, the last two
+/// per flip from the mean event time of what a delta combines), so the quantiles add up
+/// only roughly.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Breakdown {
+    /// Of the drained rate.
+    pub fraction: f64,
+    pub rate_events_per_s: f64,
+    /// Stage 1 processes the event.
+    pub stage1_read_s: [f64; 2],
+    /// Its delta is on the log (the delta's log-append time; stage 1's transaction).
+    pub delta_on_log_s: [f64; 2],
+    /// Its window has closed and is handed to the sink (stage 2's round).
+    pub window_closed_s: [f64; 2],
+    /// Its counter row is written: the staleness readers see.
+    pub row_written_s: [f64; 2],
+}
+
+impl Breakdown {
+    /// The histograms' growth since `before` (stage 2) and `before_dedupe` (stage 1).
+    fn since(
+        fraction: f64,
+        rate: f64,
+        before: &HashMap<String, f64>,
+        before_dedupe: &HashMap<String, f64>,
+    ) -> Self {
+        let (after, after_dedupe) = (scrape(COUNT_PORT), scrape(DEDUPE_PORT));
+        let q = |after: &HashMap<String, f64>, before: &HashMap<String, f64>, name: &str| {
+            let d = diff(&buckets(after, name), &buckets(before, name));
+            [quantile(&d, 0.5), quantile(&d, 0.99)]
+        };
+        Self {
+            fraction,
+            rate_events_per_s: rate,
+            stage1_read_s: q(&after_dedupe, before_dedupe, m::EVENT_DELAY_SECONDS),
+            delta_on_log_s: q(&after, before, m::INPUT_DELAY_SECONDS),
+            window_closed_s: q(&after, before, m::WINDOW_CLOSED_SECONDS),
+            row_written_s: q(&after, before, m::STALENESS_SECONDS),
+        }
+    }
 }
 
 /// Peak RSS of both stages, and stage 1's RocksDB memory by kind.
@@ -639,6 +695,19 @@ impl std::fmt::Display for BenchReport {
             "| of which before stage 1 processes the event p50 / p99 | {:.3} s / {:.3} s |",
             self.live_stage1_arrival_p50_s, self.live_stage1_arrival_p99_s
         )?;
+        for b in &self.live {
+            let s = |[p50, p99]: [f64; 2]| format!("{p50:.2} / {p99:.2}");
+            writeln!(
+                f,
+                "| live at {:.2} of the drained rate ({:.0}/s), p50 / p99 s since the event: stage 1 reads / delta on the log / window closed / row written | {} · {} · {} · {} |",
+                b.fraction,
+                b.rate_events_per_s,
+                s(b.stage1_read_s),
+                s(b.delta_on_log_s),
+                s(b.window_closed_s),
+                s(b.row_written_s)
+            )?;
+        }
         for r in &self.recovery {
             writeln!(
                 f,
