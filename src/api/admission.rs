@@ -2,8 +2,9 @@
 //! never wait in an unbounded queue. Reads are not admitted here, so they keep serving while
 //! writes are shed.
 //!
-//! Two bounds: writes in flight (each holds Cassandra LWTs and a produce), under a limit that
-//! moves with their latency (`limit.rs`; past it the database is saturated: 503), and a
+//! Two bounds: writes in flight (each holds Cassandra LWTs until its flip has applied; the
+//! wait for the broker's ack after it is bounded by `api.publish_wait` and not counted),
+//! under a limit that moves with their latency (`limit.rs`; past it the database is saturated: 503), and a
 //! token bucket on the write rate (a client or a burst asking for more than the configured
 //! share: 429).
 
@@ -70,11 +71,18 @@ pub async fn admit(State(admission): State<Arc<Admission>>, req: Request, next: 
         metrics::counter!(m::API_SHED, "reason" => "rate").increment(1);
         return ApiError::RateLimited.into_response();
     }
-    let Some(_permit) = admission.in_flight.try_acquire() else {
+    let Some(permit) = admission.in_flight.try_acquire() else {
         metrics::counter!(m::API_SHED, "reason" => "in_flight").increment(1);
         return ApiError::Overloaded.into_response();
     };
-    next.run(req).await
+    // The permit ends when the write is done with the database, before its wait on the
+    // broker (src/write/cas_done.rs), or with the request.
+    let held = Arc::new(Mutex::new(Some(permit)));
+    let release = held.clone();
+    let released = move || drop(release.lock().unwrap_or_else(|e| e.into_inner()).take());
+    let response = crate::write::cas_done::scope(released, next.run(req)).await;
+    drop(held);
+    response
 }
 
 #[cfg(test)]

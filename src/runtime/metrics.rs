@@ -86,8 +86,9 @@ pub const API_REQUESTS: &str = "likes_api_requests_total";
 pub const API_REQUEST_SECONDS: &str = "likes_api_request_duration_seconds";
 /// API: the adaptive limit on writes in flight (src/api/limit.rs).
 pub const API_WRITE_LIMIT: &str = "likes_api_write_limit";
-/// API: time from admission to the answer of each admitted write, seconds (what the
-/// adaptive limit keeps under `api.write_latency_target` at p99).
+/// API: time from admission to the end of each admitted write's database work (its flip
+/// applied, or its answer), seconds: what the adaptive limit keeps under
+/// `api.write_latency_target` at p99 (the wait for the broker's ack is not in it).
 pub const API_ADMITTED_WRITE_SECONDS: &str = "likes_api_admitted_write_seconds";
 /// API: writes refused at admission (label `reason`: rate, in_flight).
 pub const API_SHED: &str = "likes_api_writes_shed_total";
@@ -245,7 +246,7 @@ fn describe() {
     );
     metrics::describe_histogram!(
         API_ADMITTED_WRITE_SECONDS,
-        "time from admission to answer of each admitted API write, seconds"
+        "time from admission to the end of each admitted API write's database work, seconds"
     );
     describe_counter!(
         API_REQUESTS,

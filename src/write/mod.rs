@@ -15,7 +15,9 @@
 //! Before the CAS an outbox entry is written; after the event is published it is deleted.
 //! A crash in between leaves the entry, and `likes relay` publishes the edge's current state.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+pub mod cas_done;
+
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -130,10 +132,15 @@ fn broker_away(e: &Error) -> bool {
         ))
 }
 
-/// The wait for an event's ack while the last one was left to the relay: a healthy broker
-/// acknowledges in a few milliseconds, so a publish that takes longer is left to it too, and
-/// the first that makes it clears the suspicion.
+/// The wait for an event's ack while the broker is suspect: a healthy broker acknowledges in
+/// a few milliseconds, so a publish that takes longer is left to the relay too.
 const SUSPECT_PUBLISH_WAIT: Duration = Duration::from_millis(50);
+/// How long the broker stays suspect after the last publish left to the relay. Not until
+/// the first ack that makes it: a broker just back acks some events at once and others after
+/// seconds (leaders moving, the outage's abandoned sends flushing), and each write that then
+/// waited the whole `api.publish_wait` added a second to the latency users see (`bench
+/// overload`'s broker outage, 2026-12-02).
+const SUSPECT_FOR_MS: i64 = 5_000;
 
 /// What a write needs: the edge, outbox and erasure tables, and the events topic.
 #[derive(Clone)]
@@ -145,8 +152,9 @@ pub struct Writer {
     deadline: Duration,
     /// How long an applied flip waits for its event's ack before the relay is left to it.
     publish_wait: Duration,
-    /// Whether the last publish was left to the relay: the next ones wait less.
-    broker_suspect: Arc<AtomicBool>,
+    /// When a publish was last left to the relay (ms): for [`SUSPECT_FOR_MS`] after it, the
+    /// next ones wait less.
+    last_deferral_ms: Arc<AtomicI64>,
     /// With `region.name` set: which items this region writes (docs/multi-region.md).
     routes: Option<Routes>,
 }
@@ -176,7 +184,7 @@ impl Writer {
             buckets: topology.buckets,
             deadline: settings.api.write_deadline,
             publish_wait: settings.api.publish_wait,
-            broker_suspect: Arc::new(AtomicBool::new(false)),
+            last_deferral_ms: Arc::new(AtomicI64::new(i64::MIN)),
             routes,
         };
         Ok((writer, session))
@@ -334,7 +342,13 @@ impl Writer {
                 // duplicate on the log, which stage 1 drops by op_id.
                 // After a deferral, the next writes wait only a healthy broker's ack time:
                 // during an outage each write would otherwise pay the whole wait.
-                let wait = if self.broker_suspect.load(Ordering::Relaxed) {
+                // Done with the database: what follows is the broker's wait, which the
+                // admission's limit neither counts nor learns from (cas_done.rs).
+                cas_done::reached();
+                let suspect = now_ms()
+                    .saturating_sub(self.last_deferral_ms.load(Ordering::Relaxed))
+                    < SUSPECT_FOR_MS;
+                let wait = if suspect {
                     self.publish_wait.min(SUSPECT_PUBLISH_WAIT)
                 } else {
                     self.publish_wait
@@ -356,8 +370,9 @@ impl Writer {
                         format!("no ack within {wait:?} (api.publish_wait, or less while the broker is suspect)"),
                     )),
                 };
-                self.broker_suspect
-                    .store(deferred.is_some(), Ordering::Relaxed);
+                if deferred.is_some() {
+                    self.last_deferral_ms.store(now_ms(), Ordering::Relaxed);
+                }
                 match deferred {
                     None => s.outbox.delete((shard, minute), item, user, &entry).await?,
                     Some((reason, why)) => {

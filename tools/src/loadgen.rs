@@ -393,6 +393,33 @@ pub struct Live {
     /// Per edge (item, user), when set: what the client knows of it (`likes-tools chaos` checks
     /// acknowledged writes against `edges` with it).
     pub edges: Option<Mutex<HashMap<(String, String), EdgeSeen>>>,
+    /// When the counters were made: [`Answer::due_s`] counts from here.
+    pub t0: Instant,
+    /// Every request's outcome, in the order they ended: availability over any stretch of
+    /// the run (a broker outage's, say) is read from it afterwards.
+    pub answers: Mutex<Vec<Answer>>,
+}
+
+/// One request's outcome.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer {
+    /// Its scheduled send, seconds after [`Live::t0`].
+    pub due_s: f64,
+    /// Answered 2xx.
+    pub ok: bool,
+    /// From its scheduled send to its end, ms.
+    pub latency_ms: f64,
+}
+
+/// Requests scheduled within a stretch of the run, and how they fared.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Availability {
+    pub requests: u64,
+    pub ok: u64,
+    /// ok / requests (NaN with none).
+    pub ratio: f64,
+    /// Of the requests answered 2xx, from the scheduled send (NaN with none).
+    pub ok_p99_ms: f64,
 }
 
 /// What the load generator knows of one edge.
@@ -448,6 +475,8 @@ impl Default for Live {
             ),
             net_by_item: Mutex::new(HashMap::new()),
             edges: None,
+            t0: Instant::now(),
+            answers: Mutex::new(Vec::new()),
         }
     }
 }
@@ -456,6 +485,45 @@ impl Live {
     fn fail(&self, why: String) {
         self.failed.fetch_add(1, Ordering::Relaxed);
         *self.failures.lock().unwrap().entry(why).or_insert(0) += 1;
+    }
+
+    fn answered(&self, due: Instant, ok: bool) {
+        let answer = Answer {
+            due_s: due.saturating_duration_since(self.t0).as_secs_f64(),
+            ok,
+            latency_ms: due.elapsed().as_secs_f64() * 1000.0,
+        };
+        self.answers.lock().unwrap().push(answer);
+    }
+
+    /// The requests scheduled from `from_s` to `to_s` (seconds after [`Live::t0`]).
+    pub fn availability(&self, from_s: f64, to_s: f64) -> Availability {
+        let answers = self.answers.lock().unwrap();
+        let within: Vec<&Answer> = answers
+            .iter()
+            .filter(|a| a.due_s >= from_s && a.due_s < to_s)
+            .collect();
+        let mut ok: Vec<f64> = within
+            .iter()
+            .filter(|a| a.ok)
+            .map(|a| a.latency_ms)
+            .collect();
+        ok.sort_by(f64::total_cmp);
+        let n = within.len() as u64;
+        Availability {
+            requests: n,
+            ok: ok.len() as u64,
+            ratio: if n == 0 {
+                f64::NAN
+            } else {
+                ok.len() as f64 / n as f64
+            },
+            ok_p99_ms: if ok.is_empty() {
+                f64::NAN
+            } else {
+                ok[(ok.len() * 99 / 100).min(ok.len() - 1)]
+            },
+        }
     }
 }
 
@@ -473,6 +541,7 @@ pub async fn drive(target: Arc<Target>, mix: &mut Mix, phases: &[Phase], live: A
             live.sent.fetch_add(1, Ordering::Relaxed);
             if tasks.len() >= MAX_IN_FLIGHT {
                 live.fail("generator: in-flight cap".into());
+                live.answered(due, false);
                 continue;
             }
             let op = mix.next();
@@ -493,6 +562,7 @@ pub async fn drive(target: Arc<Target>, mix: &mut Mix, phases: &[Phase], live: A
                     e.pending -= 1;
                     e.failed |= sent.is_err();
                 });
+                live.answered(due, sent.is_ok());
                 match sent {
                     Ok(()) => {
                         let us = due.elapsed().as_micros() as u64;
@@ -574,6 +644,27 @@ impl std::fmt::Display for Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn availability_counts_the_requests_scheduled_within_the_stretch() {
+        let live = Live::default();
+        let at = |s: f64| live.t0 + Duration::from_secs_f64(s);
+        // Before, within (two ok, one failed), at its end (excluded).
+        for (s, ok) in [
+            (0.5, true),
+            (1.0, true),
+            (1.5, false),
+            (1.9, true),
+            (2.0, false),
+        ] {
+            live.answered(at(s), ok);
+        }
+        let a = live.availability(1.0, 2.0);
+        assert_eq!((a.requests, a.ok), (3, 2));
+        assert!((a.ratio - 2.0 / 3.0).abs() < 1e-9);
+        assert!(a.ok_p99_ms.is_finite());
+        assert!(live.availability(5.0, 6.0).ratio.is_nan());
+    }
 
     #[test]
     fn the_mix_unlikes_earlier_likes_and_retries_reuse_keys() {

@@ -3,12 +3,15 @@
 //! - [`topology`]: events through both stages against the fastest plain consumer of the same
 //!   topic and a Kafka Streams exactly-once peer of the same topology ([`peer`]).
 //! - [`api`]: the API over loopback against the write path in process and a bare LWT.
+//! - [`overload`]: the API at 2× and 4× its capacity under the adaptive write limit, and its
+//!   writes through a broker outage ([`outage`]).
 //! - [`restore`]: stage 1's restore of a large changelog against a bare read of it.
 //! - [`report`]: all of them plus a sweep of offered load, written to `bench/report.md`
 //!   with [`plots`].
 
 pub mod api;
 pub mod gen;
+pub mod outage;
 pub mod overload;
 pub mod peer;
 mod plots;

@@ -164,6 +164,7 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
             step_seconds: 8,
             read_rate: 50.0,
             rounds: args.repeats,
+            no_broker_outage: false,
             out: raw.clone(),
         },
     )

@@ -459,7 +459,10 @@ pub async fn topology(
     }
     let half = &report.live[0];
     report.live_rate_events_per_s = half.rate_events_per_s;
-    [report.live_stage1_arrival_p50_s, report.live_stage1_arrival_p99_s] = half.stage1_read_s;
+    [
+        report.live_stage1_arrival_p50_s,
+        report.live_stage1_arrival_p99_s,
+    ] = half.stage1_read_s;
     [report.live_input_delay_p50_s, report.live_input_delay_p99_s] = half.delta_on_log_s;
     [report.live_staleness_p50_s, report.live_staleness_p99_s] = half.row_written_s;
     let rate = half.rate_events_per_s;

@@ -97,9 +97,43 @@ pub struct RunReport {
     /// Items whose count trailed or differed from their edges right after each outage ended
     /// (the pipeline's lag included), the most of any.
     pub max_items_behind_mid_run: usize,
+    /// Writes while the broker or Cassandra was down: a broker outage must not take writes
+    /// down (only the count lags); a Cassandra outage does, failing fast.
+    pub outages: Vec<Outage>,
     pub verdict: check::Verdict,
     pub passed: bool,
     pub logs: String,
+}
+
+/// One dependency outage of a run, and the writes scheduled while it lasted.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outage {
+    pub dependency: &'static str,
+    /// From the kill to the stack's start returning, seconds after the load began.
+    pub from_s: f64,
+    pub to_s: f64,
+    pub writes: loadgen::Availability,
+    /// The same for the stretch as long before it (the baseline it is read against).
+    pub before: loadgen::Availability,
+}
+
+impl std::fmt::Display for Outage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} down {:.0} s (t={:.0}-{:.0} s): writes {}/{} ok ({:.1} %), p99 {:.0} ms; before it {:.1} %, p99 {:.0} ms",
+            self.dependency,
+            self.to_s - self.from_s,
+            self.from_s,
+            self.to_s,
+            self.writes.ok,
+            self.writes.requests,
+            self.writes.ratio * 100.0,
+            self.writes.ok_p99_ms,
+            self.before.ratio * 100.0,
+            self.before.ok_p99_ms
+        )
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -139,6 +173,9 @@ pub async fn run(base: &Settings, topology: &Topology, args: &ChaosArgs) -> Resu
             r.verdict.erased_likes_left,
             r.drained_after_s.map_or("never".into(), |s| format!("after {s:.0} s")),
         ));
+        for o in &r.outages {
+            say(&format!("chaos: seed {seed}: {o}"));
+        }
         reports.push(r);
         let json =
             serde_json::to_string_pretty(&reports).map_err(|e| anyhow!(format!("report: {e}")))?;
@@ -263,14 +300,16 @@ async fn run_one(
         jobs: Vec::new(),
         live: live.clone(),
         erased: Vec::new(),
+        outages: Vec::new(),
     };
     strikes.run(&plan, &load, started).await?;
     let jobs = std::mem::take(&mut strikes.jobs);
-    let (mut struck, max_drift, env, erased) = (
+    let (mut struck, max_drift, env, erased, outages) = (
         strikes.struck,
         strikes.max_drift,
         strikes.env,
         strikes.erased,
+        strikes.outages,
     );
     if interrupted.is_cancelled() {
         say("chaos: interrupted; stopping the load and the run's processes");
@@ -281,6 +320,19 @@ async fn run_one(
         _ => {}
     }
     let summary = loadgen::Summary::of(&live, started.elapsed());
+    let outages = outages
+        .into_iter()
+        .map(|(dependency, from_s, to_s)| {
+            let to_s = to_s.unwrap_or(from_s);
+            Outage {
+                dependency,
+                from_s,
+                to_s,
+                writes: live.availability(from_s, to_s),
+                before: live.availability(from_s - (to_s - from_s), from_s),
+            }
+        })
+        .collect();
     say(&format!(
         "chaos: load done: {} sent, {} ok, {} failed; draining",
         summary.sent, summary.ok, summary.failed
@@ -349,6 +401,7 @@ async fn run_one(
         drained_after_s,
         recount_queue,
         max_items_behind_mid_run: max_drift,
+        outages,
         verdict,
         passed,
         logs: dir.display().to_string(),
@@ -497,6 +550,9 @@ struct Strikes<'a> {
     live: Arc<Live>,
     /// Users erased by a fault: their acknowledged likes were taken back on purpose.
     erased: Vec<String>,
+    /// Dependencies killed: which, and from when to when (seconds after the load's
+    /// [`Live::t0`]; the end is set when the stack is up again).
+    outages: Vec<(&'static str, f64, Option<f64>)>,
 }
 
 impl Strikes<'_> {
@@ -556,10 +612,14 @@ impl Strikes<'_> {
             }
             Fault::Broker { down_s } => {
                 faults::kill9_dependency(self.stack_dir, "kafka")?;
+                self.outages
+                    .push(("kafka", self.live.t0.elapsed().as_secs_f64(), None));
                 self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
             }
             Fault::Cassandra { down_s } => {
                 faults::kill9_dependency(self.stack_dir, "cassandra")?;
+                self.outages
+                    .push(("cassandra", self.live.t0.elapsed().as_secs_f64(), None));
                 self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
             }
             Fault::ReconcileTwice => {
@@ -720,6 +780,9 @@ impl Strikes<'_> {
             .await
             .map_err(|e| anyhow!("stack up: {e}"))??;
         self.down_until = None;
+        if let Some(o) = self.outages.last_mut().filter(|o| o.2.is_none()) {
+            o.2 = Some(self.live.t0.elapsed().as_secs_f64());
+        }
         say(&format!(
             "  t={:>5.1}s the stack is up again",
             started.elapsed().as_secs_f64()

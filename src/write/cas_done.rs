@@ -1,0 +1,57 @@
+//! The moment a write is done with the database and waits only on the broker.
+//!
+//! Past its compare-and-set, a flip waits up to `api.publish_wait` for its event's ack
+//! (docs/architecture.md, the write path). That wait is the broker's, bounded by time, and
+//! says nothing about how many writes Cassandra can take: the API's adaptive limit
+//! (src/api/limit.rs) must neither count it as a write in flight nor learn its latency, or a
+//! broker outage or a broker's slow return shrinks the limit and sheds writes the database
+//! could serve (`bench overload`'s broker outage: 22 % shed in the 15 s after the broker came
+//! back, 2026-12-02). The admission runs each write inside [`scope`]; the write path calls
+//! [`reached`] once its flip has applied.
+
+use std::cell::RefCell;
+use std::future::Future;
+
+type Hook = Box<dyn FnOnce() + Send>;
+
+tokio::task_local! {
+    static HOOK: RefCell<Option<Hook>>;
+}
+
+/// Runs `f` with `hook` to be called once, when the write reaches its wait on the broker (or
+/// never, for a write that does not: a replay, a no-op, a failure).
+pub async fn scope<F: Future>(hook: impl FnOnce() + Send + 'static, f: F) -> F::Output {
+    HOOK.scope(RefCell::new(Some(Box::new(hook))), f).await
+}
+
+/// The write is done with the database: calls the scope's hook, if any.
+pub(super) fn reached() {
+    let hook = HOOK.try_with(|h| h.borrow_mut().take()).ok().flatten();
+    if let Some(hook) = hook {
+        hook();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn the_hook_runs_once_inside_its_scope_and_never_outside() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        super::scope(
+            move || {
+                c.fetch_add(1, Ordering::Relaxed);
+            },
+            async {
+                super::reached();
+                super::reached();
+            },
+        )
+        .await;
+        super::reached();
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+    }
+}
