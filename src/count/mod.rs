@@ -132,8 +132,9 @@ impl Count {
         let wrote = !closed.is_empty();
         if wrote {
             let now = crate::runtime::clock::now_ms();
+            let closed_at = metrics::histogram!(m::WINDOW_CLOSED_SECONDS);
             for d in closed.iter().flat_map(|w| w.items.values()) {
-                metrics::histogram!(m::WINDOW_CLOSED_SECONDS).record_many(
+                closed_at.record_many(
                     now.saturating_sub(d.mean_event_time_ms()).max(0) as f64 / 1000.0,
                     d.events as usize,
                 );

@@ -7,7 +7,10 @@
 //! broker outage or a broker's slow return shrinks the limit and sheds writes the database
 //! could serve (`bench overload`'s broker outage: 22 % shed in the 15 s after the broker came
 //! back, 2026-12-02). The admission runs each write inside [`scope`]; the write path calls
-//! [`reached`] once its flip has applied.
+//! [`reached`] once its flip has applied. What follows is not counted either: the outbox
+//! entry's delete after an ack (one plain write, no Paxos round), so
+//! `likes_api_admitted_write_seconds` is the database's part of a write, not what its client
+//! sees (`likes_api_request_duration_seconds` is that).
 
 use std::cell::RefCell;
 use std::future::Future;

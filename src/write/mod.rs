@@ -135,12 +135,15 @@ fn broker_away(e: &Error) -> bool {
 /// The wait for an event's ack while the broker is suspect: a healthy broker acknowledges in
 /// a few milliseconds, so a publish that takes longer is left to the relay too.
 const SUSPECT_PUBLISH_WAIT: Duration = Duration::from_millis(50);
-/// How long the broker stays suspect after the last publish left to the relay. Not until
-/// the first ack that makes it: a broker just back acks some events at once and others after
-/// seconds (leaders moving, the outage's abandoned sends flushing), and each write that then
-/// waited the whole `api.publish_wait` added a second to the latency users see (`bench
-/// overload`'s broker outage, 2026-12-02).
-const SUSPECT_FOR_MS: i64 = 5_000;
+/// How long the broker stays suspect after a publish that waited the whole `api.publish_wait`
+/// (or failed with the broker away). Not until the first ack that makes it: a broker just
+/// back acks some events at once and others after seconds (leaders moving, the outage's
+/// abandoned sends flushing), and each write that then waited the whole wait added a second
+/// to the latency users see (`bench overload`'s broker outage, 2026-12-02). A publish that
+/// misses only the short suspect wait does not extend it, so a working broker whose slowest
+/// acks pass 50 ms is trusted again after this long; during an outage one write in this long
+/// pays the whole wait, as a probe.
+const SUSPECT_FOR: Duration = Duration::from_secs(5);
 
 /// What a write needs: the edge, outbox and erasure tables, and the events topic.
 #[derive(Clone)]
@@ -152,9 +155,11 @@ pub struct Writer {
     deadline: Duration,
     /// How long an applied flip waits for its event's ack before the relay is left to it.
     publish_wait: Duration,
-    /// When a publish was last left to the relay (ms): for [`SUSPECT_FOR_MS`] after it, the
-    /// next ones wait less.
+    /// When a publish last waited the whole wait in vain, ms after `started` (monotonic: a
+    /// wall clock stepped back would keep the broker suspect): for [`SUSPECT_FOR`] after it,
+    /// the next ones wait less.
     last_deferral_ms: Arc<AtomicI64>,
+    started: std::time::Instant,
     /// With `region.name` set: which items this region writes (docs/multi-region.md).
     routes: Option<Routes>,
 }
@@ -185,6 +190,7 @@ impl Writer {
             deadline: settings.api.write_deadline,
             publish_wait: settings.api.publish_wait,
             last_deferral_ms: Arc::new(AtomicI64::new(i64::MIN)),
+            started: std::time::Instant::now(),
             routes,
         };
         Ok((writer, session))
@@ -345,9 +351,10 @@ impl Writer {
                 // Done with the database: what follows is the broker's wait, which the
                 // admission's limit neither counts nor learns from (cas_done.rs).
                 cas_done::reached();
-                let suspect = now_ms()
+                let since_start = || self.started.elapsed().as_millis() as i64;
+                let suspect = since_start()
                     .saturating_sub(self.last_deferral_ms.load(Ordering::Relaxed))
-                    < SUSPECT_FOR_MS;
+                    < SUSPECT_FOR.as_millis() as i64;
                 let wait = if suspect {
                     self.publish_wait.min(SUSPECT_PUBLISH_WAIT)
                 } else {
@@ -370,8 +377,9 @@ impl Writer {
                         format!("no ack within {wait:?} (api.publish_wait, or less while the broker is suspect)"),
                     )),
                 };
-                if deferred.is_some() {
-                    self.last_deferral_ms.store(now_ms(), Ordering::Relaxed);
+                if deferred.is_some() && (!suspect || matches!(deferred, Some(("error", _)))) {
+                    self.last_deferral_ms
+                        .fetch_max(since_start(), Ordering::Relaxed);
                 }
                 match deferred {
                     None => s.outbox.delete((shard, minute), item, user, &entry).await?,

@@ -395,9 +395,9 @@ pub struct Live {
     pub edges: Option<Mutex<HashMap<(String, String), EdgeSeen>>>,
     /// When the counters were made: [`Answer::due_s`] counts from here.
     pub t0: Instant,
-    /// Every request's outcome, in the order they ended: availability over any stretch of
-    /// the run (a broker outage's, say) is read from it afterwards.
-    pub answers: Mutex<Vec<Answer>>,
+    /// When set, every request's outcome, in the order they ended: availability over any
+    /// stretch of the run (a broker outage's, say) is read from it afterwards.
+    pub answers: Option<Mutex<Vec<Answer>>>,
 }
 
 /// One request's outcome.
@@ -444,10 +444,11 @@ pub struct EdgeSeen {
 }
 
 impl Live {
-    /// Counters that also keep [`EdgeSeen`] per edge.
+    /// Counters that also keep [`EdgeSeen`] per edge and every request's [`Answer`].
     pub fn tracking_edges() -> Self {
         Live {
             edges: Some(Mutex::new(HashMap::new())),
+            answers: Some(Mutex::new(Vec::new())),
             ..Live::default()
         }
     }
@@ -476,7 +477,7 @@ impl Default for Live {
             net_by_item: Mutex::new(HashMap::new()),
             edges: None,
             t0: Instant::now(),
-            answers: Mutex::new(Vec::new()),
+            answers: None,
         }
     }
 }
@@ -488,17 +489,28 @@ impl Live {
     }
 
     fn answered(&self, due: Instant, ok: bool) {
+        let Some(answers) = &self.answers else {
+            return;
+        };
         let answer = Answer {
             due_s: due.saturating_duration_since(self.t0).as_secs_f64(),
             ok,
             latency_ms: due.elapsed().as_secs_f64() * 1000.0,
         };
-        self.answers.lock().unwrap().push(answer);
+        answers.lock().unwrap().push(answer);
     }
 
-    /// The requests scheduled from `from_s` to `to_s` (seconds after [`Live::t0`]).
+    /// The requests scheduled from `from_s` to `to_s` (seconds after [`Live::t0`]); none
+    /// unless the answers are kept.
     pub fn availability(&self, from_s: f64, to_s: f64) -> Availability {
-        let answers = self.answers.lock().unwrap();
+        let Some(answers) = &self.answers else {
+            return Availability {
+                ratio: f64::NAN,
+                ok_p99_ms: f64::NAN,
+                ..Default::default()
+            };
+        };
+        let answers = answers.lock().unwrap();
         let within: Vec<&Answer> = answers
             .iter()
             .filter(|a| a.due_s >= from_s && a.due_s < to_s)
@@ -647,7 +659,7 @@ mod tests {
 
     #[test]
     fn availability_counts_the_requests_scheduled_within_the_stretch() {
-        let live = Live::default();
+        let live = Live::tracking_edges();
         let at = |s: f64| live.t0 + Duration::from_secs_f64(s);
         // Before, within (two ok, one failed), at its end (excluded).
         for (s, ok) in [

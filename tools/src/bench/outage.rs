@@ -91,21 +91,40 @@ pub(super) async fn broker(client: &Client, tag: &str, rate: f64) -> Result<Outa
             let _ = t.await;
         }
     };
+    let up = || {
+        let script = script.clone();
+        async move {
+            tokio::task::spawn_blocking(move || likes_support::stack::up(&script))
+                .await?
+                .map_err(|e| anyhow!(e))
+        }
+    };
     let outage = async {
-        tokio::time::sleep(BEFORE).await;
-        let dir = stack_dir.clone();
-        tokio::task::spawn_blocking(move || likes_support::stack::kill9(&dir, "kafka"))
-            .await?
-            .map_err(|e| anyhow!(e))?;
-        let killed = started.elapsed();
-        eprintln!("bench overload: broker killed (kill -9); back in {DOWN:?}");
-        tokio::time::sleep(DOWN).await;
-        let starting = started.elapsed();
-        let up = tokio::task::spawn_blocking(move || likes_support::stack::up(&script)).await;
-        let back = started.elapsed();
-        until_ms.store((back + AFTER).as_millis() as u64, Ordering::Relaxed);
-        up?.map_err(|e| anyhow!(e))?;
-        Ok::<_, anyhow::Error>((killed, starting, back))
+        let run = async {
+            tokio::time::sleep(BEFORE).await;
+            // Before the kill: writes sent while the broker dies are the outage's.
+            let killed = started.elapsed();
+            let dir = stack_dir.clone();
+            tokio::task::spawn_blocking(move || likes_support::stack::kill9(&dir, "kafka"))
+                .await?
+                .map_err(|e| anyhow!(e))?;
+            eprintln!("bench overload: broker killed (kill -9); back in {DOWN:?}");
+            tokio::time::sleep(DOWN).await;
+            let starting = started.elapsed();
+            if let Err(e) = up().await {
+                eprintln!("bench overload: the broker did not start ({e}); once more");
+                up().await?;
+            }
+            Ok::<_, anyhow::Error>((killed, starting, started.elapsed()))
+        };
+        let r = run.await;
+        // The writes go on AFTER past the broker's return; a failed outage ends them now.
+        let end = match &r {
+            Ok((_, _, back)) => *back + AFTER,
+            Err(_) => started.elapsed(),
+        };
+        until_ms.store(end.as_millis() as u64, Ordering::Relaxed);
+        r
     };
     let ((), times) = tokio::join!(writes, outage);
     let (killed, starting, back) = times?;

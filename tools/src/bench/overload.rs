@@ -248,8 +248,8 @@ pub async fn run(
         stop(&mut api);
         if capacity <= 0.0 {
             anyhow::bail!(
-                "bench overload: the API did not sustain even the first step (200 writes/s with \
-                 p99 < 150 ms): a debug build, or a stack in trouble? (`make bench-overload` \
+                "bench overload: the API did not sustain even 25 writes/s with \
+                 p99 < 150 ms: a debug build, or a stack in trouble? (`make bench-overload` \
                  builds a release)"
             );
         }
@@ -312,8 +312,12 @@ pub async fn run(
             tokio::time::sleep(Duration::from_secs(3)).await;
         }
         if !args.no_broker_outage {
-            r.broker_outage =
-                Some(super::outage::broker(&client, &tag, (capacity / 2.0).max(10.0)).await?);
+            // A failed outage (the broker not killed, or not started again) loses its rows,
+            // not the report.
+            match super::outage::broker(&client, &tag, (capacity / 2.0).max(10.0)).await {
+                Ok(o) => r.broker_outage = Some(o),
+                Err(e) => eprintln!("bench overload: the broker outage failed: {e:#}"),
+            }
         }
         stop(&mut api);
         report.rounds.push(r);
