@@ -16,8 +16,8 @@
 //! A crash in between leaves the entry, and `likes relay` publishes the edge's current state.
 
 pub mod cas_done;
+pub mod suspicion;
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -132,19 +132,6 @@ fn broker_away(e: &Error) -> bool {
         ))
 }
 
-/// The wait for an event's ack while the broker is suspect: a healthy broker acknowledges in
-/// a few milliseconds, so a publish that takes longer is left to the relay too.
-const SUSPECT_PUBLISH_WAIT: Duration = Duration::from_millis(50);
-/// How long the broker stays suspect after a publish that waited the whole `api.publish_wait`
-/// (or failed with the broker away). Not until the first ack that makes it: a broker just
-/// back acks some events at once and others after seconds (leaders moving, the outage's
-/// abandoned sends flushing), and each write that then waited the whole wait added a second
-/// to the latency users see (`bench overload`'s broker outage, 2026-12-02). A publish that
-/// misses only the short suspect wait does not extend it, so a working broker whose slowest
-/// acks pass 50 ms is trusted again after this long; during an outage one write in this long
-/// pays the whole wait, as a probe.
-const SUSPECT_FOR: Duration = Duration::from_secs(5);
-
 /// What a write needs: the edge, outbox and erasure tables, and the events topic.
 #[derive(Clone)]
 pub struct Writer {
@@ -155,11 +142,8 @@ pub struct Writer {
     deadline: Duration,
     /// How long an applied flip waits for its event's ack before the relay is left to it.
     publish_wait: Duration,
-    /// When a publish last waited the whole wait in vain, ms after `started` (monotonic: a
-    /// wall clock stepped back would keep the broker suspect): for [`SUSPECT_FOR`] after it,
-    /// the next ones wait less.
-    last_deferral_ms: Arc<AtomicI64>,
-    started: std::time::Instant,
+    /// How long a publish waits for its ack: the broker trusted or suspect.
+    suspicion: Arc<suspicion::Suspicion>,
     /// With `region.name` set: which items this region writes (docs/multi-region.md).
     routes: Option<Routes>,
 }
@@ -189,8 +173,7 @@ impl Writer {
             buckets: topology.buckets,
             deadline: settings.api.write_deadline,
             publish_wait: settings.api.publish_wait,
-            last_deferral_ms: Arc::new(AtomicI64::new(i64::MIN)),
-            started: std::time::Instant::now(),
+            suspicion: Arc::default(),
             routes,
         };
         Ok((writer, session))
@@ -346,20 +329,13 @@ impl Writer {
                 // (docs/design.md, "Publishing without losing an event"). A broker outage then
                 // delays counts, never writes. A late ack of the abandoned send only puts a
                 // duplicate on the log, which stage 1 drops by op_id.
-                // After a deferral, the next writes wait only a healthy broker's ack time:
-                // during an outage each write would otherwise pay the whole wait.
+                // A suspect broker gets a healthy broker's ack time, not the whole wait
+                // (suspicion.rs): during an outage each write would otherwise pay it.
                 // Done with the database: what follows is the broker's wait, which the
                 // admission's limit neither counts nor learns from (cas_done.rs).
                 cas_done::reached();
-                let since_start = || self.started.elapsed().as_millis() as i64;
-                let suspect = since_start()
-                    .saturating_sub(self.last_deferral_ms.load(Ordering::Relaxed))
-                    < SUSPECT_FOR.as_millis() as i64;
-                let wait = if suspect {
-                    self.publish_wait.min(SUSPECT_PUBLISH_WAIT)
-                } else {
-                    self.publish_wait
-                };
+                let ticket = self.suspicion.ticket(self.publish_wait);
+                let wait = ticket.wait;
                 let publish = self.events.publish(item, user, &edge, source, home);
                 let deferred = match tokio::time::timeout(wait, publish).await {
                     Ok(Ok(())) => None,
@@ -377,10 +353,7 @@ impl Writer {
                         format!("no ack within {wait:?} (api.publish_wait, or less while the broker is suspect)"),
                     )),
                 };
-                if deferred.is_some() && (!suspect || matches!(deferred, Some(("error", _)))) {
-                    self.last_deferral_ms
-                        .fetch_max(since_start(), Ordering::Relaxed);
-                }
+                ticket.ended(deferred.is_none(), matches!(deferred, Some(("error", _))));
                 match deferred {
                     None => s.outbox.delete((shard, minute), item, user, &entry).await?,
                     Some((reason, why)) => {
