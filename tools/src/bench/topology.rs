@@ -466,11 +466,9 @@ pub async fn topology(
     [report.live_input_delay_p50_s, report.live_input_delay_p99_s] = half.delta_on_log_s;
     [report.live_staleness_p50_s, report.live_staleness_p99_s] = half.row_written_s;
     let rate = half.rate_events_per_s;
-    report.windows_applied = scrape(COUNT_PORT)
-        .get(m::WINDOWS_APPLIED)
-        .copied()
-        .unwrap_or(0.0);
-    report.lwts = scrape(COUNT_PORT).get(m::SINK_LWTS).copied().unwrap_or(0.0);
+    let sink = scrape(COUNT_PORT);
+    report.windows_applied = sink.get(m::WINDOWS_APPLIED).copied().unwrap_or(0.0);
+    report.lwts = sink.get(m::SINK_LWTS).copied().unwrap_or(0.0);
     report.lwts_per_applied_window = report.lwts / report.windows_applied.max(1.0);
     memory_figures(&mut report, dedupe.child.id(), count.child.id());
 
