@@ -141,3 +141,37 @@ async fn the_relay_process_needs_no_session_key_and_publishes_a_pending_flip() {
     let _ = std::fs::remove_dir_all(&dir);
     fx::teardown(&settings, &topology).await;
 }
+
+/// The API deletes its outbox entries behind its answers, in batches per outbox partition
+/// (src/write/clears.rs): once they are sent, the relay finds nothing, for flips, no-ops and
+/// replays alike. Clears that were never sent would each cost an extra publish here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn answered_writes_leave_no_outbox_entry_once_their_clears_are_sent() {
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, topology, app, client) = api::serve("clears").await;
+    let relay_alone = Relay::connect(&settings, &topology).await.unwrap();
+    for i in 0..40 {
+        let (user, item) = (format!("u{i}"), format!("item-{}", i % 5));
+        let (s, e) = client.like(&user, &item, &format!("l{i}")).await;
+        assert_eq!(s, StatusCode::OK, "{e}");
+        if i % 2 == 0 {
+            let (s, e) = client.unlike(&user, &item, &format!("n{i}")).await;
+            assert_eq!(s, StatusCode::OK, "{e}");
+        }
+        if i % 5 == 0 {
+            // A replay of the like's key and a no-op like under a new key.
+            let (s, e) = client.like(&user, &item, &format!("l{i}")).await;
+            assert_eq!(s, StatusCode::OK, "{e}");
+            let (s, e) = client.unlike(&user, &item, &format!("again{i}")).await;
+            assert_eq!(s, StatusCode::OK, "{e}");
+        }
+    }
+    app.writer.flush_clears().await;
+    let pass = relay::pass(&relay_alone, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        pass,
+        relay::Pass::default(),
+        "every answered write's entry was deleted by the API"
+    );
+    fx::teardown(&settings, &topology).await;
+}

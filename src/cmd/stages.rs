@@ -63,12 +63,16 @@ pub async fn run_api(settings: &Settings, topology: &Topology) -> Result<()> {
     let mut tasks = Tasks::new(shutdown::on_signal());
     let stop = tasks.token();
     let (store, listen) = (app.store.clone(), settings.api.listen.clone());
+    let writer = app.writer.clone();
     tasks.spawn("http", async move {
         info!(listen = %listen, "api serving");
-        axum::serve(listener, api::router(app))
+        let served = axum::serve(listener, api::router(app))
             .with_graceful_shutdown(stop.cancelled_owned())
             .await
-            .map_err(Error::io(format!("serving api.listen {listen}")))
+            .map_err(Error::io(format!("serving api.listen {listen}")));
+        // The last answers' outbox entries, so that the relay does not publish them again.
+        writer.flush_clears().await;
+        served
     });
     if let Some(relay) = relay {
         spawn_relay(&mut tasks, relay, settings);

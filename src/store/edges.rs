@@ -268,6 +268,11 @@ impl Edges {
         })
     }
 
+    /// The statement of [`Edges::index_for_user`], for the outbox's batch that carries it.
+    pub fn index_for_user_statement(&self) -> &PreparedStatement {
+        &self.by_user
+    }
+
     /// The user's side of an edge: written before the edge's first compare-and-set, so that
     /// erasure finds every row of the user.
     pub async fn index_for_user(&self, user: &str, item: &str, at_ms: i64) -> Result<()> {

@@ -1,5 +1,6 @@
 //! `erasures`: account erasure requests, each the erase job's checkpoint while it works it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::TryStreamExt;
@@ -43,6 +44,7 @@ pub struct Erasures {
     purged: PreparedStatement,
     mark_erased: PreparedStatement,
     erased: PreparedStatement,
+    erased_among: PreparedStatement,
 }
 
 /// The key of a user in `erased_users`: SHA-256 of the id, hex. One-way, so the table that
@@ -140,6 +142,11 @@ impl Erasures {
                 format!("SELECT erasure_id FROM {ks}.erased_users WHERE user_key = ?"),
             )
             .await?,
+            erased_among: prepare(
+                &session,
+                format!("SELECT user_key, erasure_id FROM {ks}.erased_users WHERE user_key IN ?"),
+            )
+            .await?,
             session,
             ks: ks.to_string(),
         })
@@ -155,6 +162,26 @@ impl Erasures {
             .into_rows_result()?
             .maybe_first_row::<(Option<String>,)>()?
             .map(|r| r.0.unwrap_or_default()))
+    }
+
+    /// Which of `users` were erased (user → erasure id), in one request: the write path's
+    /// check gathered across concurrent writes (write/erased_check.rs).
+    pub async fn erased_among(&self, users: &[String]) -> Result<HashMap<String, String>> {
+        let by_key: HashMap<String, &String> = users.iter().map(|u| (user_key(u), u)).collect();
+        let keys: Vec<&String> = by_key.keys().collect();
+        let rows = self
+            .session
+            .execute_unpaged(&self.erased_among, (keys,))
+            .await?
+            .into_rows_result()?;
+        let mut out = HashMap::new();
+        for row in rows.rows::<(String, Option<String>)>()? {
+            let (key, id) = row?;
+            if let Some(user) = by_key.get(&key) {
+                out.insert((*user).clone(), id.unwrap_or_default());
+            }
+        }
+        Ok(out)
     }
 
     /// Every erasure (a small table: one row per deleted account).

@@ -1,9 +1,11 @@
 //! `outbox` and `outbox_floor`: the entries a write leaves before its flip, cleared once its
 //! event is published, and the relay's floor per shard.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use scylla::client::session::Session;
+use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlTimestamp;
 
@@ -14,12 +16,38 @@ use crate::runtime::clock::now_ms;
 /// Outbox partitions per minute; the relay walks each.
 pub const OUTBOX_SHARDS: u32 = 16;
 
+/// Deletes per batch.
+pub const CLEAR_BATCH: usize = 64;
+
+/// Partitions per unlogged batch: Cassandra logs a warning past 10
+/// (`unlogged_batch_across_partitions_warn_threshold`).
+pub const BATCH_PARTITIONS: usize = 10;
+
 /// Outbox entries the relay reads from one (shard, minute) per pass.
 pub const OUTBOX_SCAN_LIMIT: usize = 1000;
+
+/// How long one shard takes a writer's entries before the next takes them.
+pub const SHARD_TICK_MS: i64 = 100;
+
+/// The outbox shard of an entry written at `ms`: shards take turns by time, not by item, so
+/// that the entries a writer clears together (write/clears.rs gathers 100 ms of them) share a
+/// partition, which the database applies as one mutation; over a second the turns spread the
+/// entries over ten shards. Any shard holds any item: the relay walks them all.
+pub fn outbox_shard(ms: i64) -> i32 {
+    (ms.div_euclid(SHARD_TICK_MS) % OUTBOX_SHARDS as i64) as i32
+}
 
 /// The outbox partition minute of a time.
 pub fn outbox_minute(ms: i64) -> i64 {
     ms.div_euclid(60_000)
+}
+
+/// An entry by its clustering key: (item, user, entry id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    pub item: String,
+    pub user: String,
+    pub entry: String,
 }
 
 /// An entry as the relay reads it.
@@ -97,6 +125,64 @@ impl Outbox {
             self.session
                 .execute_unpaged(&self.floor_init, (shard, start))
                 .await?;
+        }
+        Ok(())
+    }
+
+    /// The entry with the user's side of a like (`edges_by_user`, written by `by_user`: the
+    /// edges store's statement) in one unlogged batch: one request to the database instead of
+    /// two (docs/design.md, "The database cost of a write"). Unlogged: each row is written or
+    /// not on its own, which the two allow (the entry stands for a CAS that may not come,
+    /// the user's side may name an edge that never flips).
+    pub async fn put_with_user_side(
+        &self,
+        by_user: &PreparedStatement,
+        (shard, minute): (i32, i64),
+        item: &str,
+        user: &str,
+        entry: &str,
+        at_ms: i64,
+    ) -> Result<()> {
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.append_statement(by_user.clone());
+        batch.append_statement(self.put.clone());
+        let at = CqlTimestamp(at_ms);
+        self.session
+            .batch(&batch, ((user, item, at), (shard, minute, item, user, entry, at)))
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes entries in as few requests as Cassandra takes without complaint: each batch
+    /// names at most [`CLEAR_BATCH`] entries of at most [`BATCH_PARTITIONS`] partitions
+    /// (the database's cost is per request as much as per row; a partition's rows are one
+    /// mutation).
+    pub async fn delete_many(&self, entries: &BTreeMap<(i32, i64), Vec<Named>>) -> Result<()> {
+        let mut rows: Vec<((i32, i64), &Named)> = Vec::new();
+        for (p, names) in entries {
+            rows.extend(names.iter().map(|n| (*p, n)));
+        }
+        let mut batch = Batch::new(BatchType::Unlogged);
+        let mut values = Vec::new();
+        let mut partitions = 0;
+        let mut last = None;
+        for (p, n) in rows {
+            let new_partition = last != Some(p);
+            if values.len() == CLEAR_BATCH || (new_partition && partitions == BATCH_PARTITIONS) {
+                self.session.batch(&batch, std::mem::take(&mut values)).await?;
+                batch = Batch::new(BatchType::Unlogged);
+                partitions = 0;
+                last = None;
+            }
+            if last != Some(p) {
+                partitions += 1;
+                last = Some(p);
+            }
+            batch.append_statement(self.del.clone());
+            values.push((p.0, p.1, &n.item, &n.user, &n.entry));
+        }
+        if !values.is_empty() {
+            self.session.batch(&batch, values).await?;
         }
         Ok(())
     }

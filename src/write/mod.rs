@@ -12,10 +12,13 @@
 //!    the other operation is a 422. Concurrent requests with one key race on the CAS: one
 //!    wins, the others re-read and replay its answer.
 //!
-//! Before the CAS an outbox entry is written; after the event is published it is deleted.
+//! Before the CAS an outbox entry is written (with the user's side of a like, in one batch);
+//! after the event is published it is deleted, behind the answer and batched ([`clears`]).
 //! A crash in between leaves the entry, and `likes relay` publishes the edge's current state.
 
 pub mod cas_done;
+pub mod clears;
+pub mod erased_check;
 pub mod suspicion;
 
 use std::sync::Arc;
@@ -33,7 +36,7 @@ use crate::runtime::clock::now_ms;
 use crate::schema::v1::{ClientPlatform, Source};
 use crate::store::edges::{Cas, Edge, EdgeRow};
 use crate::store::events::Events;
-use crate::store::outbox::{outbox_minute, OUTBOX_SHARDS};
+use crate::store::outbox::{outbox_minute, outbox_shard};
 use crate::store::request_keys::{self, Remembered};
 use crate::store::Stores;
 use crate::topology::Topology;
@@ -146,6 +149,10 @@ pub struct Writer {
     suspicion: Arc<suspicion::Suspicion>,
     /// With `region.name` set: which items this region writes (docs/multi-region.md).
     routes: Option<Routes>,
+    /// The outbox entries this writer is done with, deleted in batches behind the answers.
+    clears: clears::Clears,
+    /// Whether an account was erased, asked for many writes at once.
+    erased_check: erased_check::ErasedCheck,
 }
 
 impl Writer {
@@ -168,15 +175,23 @@ impl Writer {
                 .increment(0);
         }
         let writer = Self {
-            store,
             events: Events::connect(settings, topology)?,
             buckets: topology.buckets,
             deadline: settings.api.write_deadline,
             publish_wait: settings.api.publish_wait,
             suspicion: Arc::default(),
             routes,
+            clears: clears::Clears::spawn(store.clone()),
+            erased_check: erased_check::ErasedCheck::spawn(store.clone()),
+            store,
         };
         Ok((writer, session))
+    }
+
+    /// Sends the outbox clears queued so far: before a process that wrote exits, so that the
+    /// relay does not publish their events again.
+    pub async fn flush_clears(&self) {
+        self.clears.flush().await;
     }
 
     pub fn store(&self) -> &Arc<Stores> {
@@ -239,7 +254,7 @@ impl Writer {
             now,
         };
         let s = &*self.store;
-        let shard = hash::partition_for(item.as_bytes(), OUTBOX_SHARDS) as i32;
+        let shard = outbox_shard(now);
         let minute = outbox_minute(now);
         let entry = format!("{:016x}", rand::random::<u64>());
         // The outbox entry and the user's side of a like go before the CAS (the erasure walk
@@ -264,7 +279,7 @@ impl Writer {
                 if source != Source::Api {
                     return Ok(());
                 }
-                match s.erasures.erased(user).await? {
+                match self.erased_check.erased(user).await? {
                     Some(id) => Err(WriteError::Erased {
                         user: user.to_string(),
                         erasure: id,
@@ -273,19 +288,18 @@ impl Writer {
                 }
             };
             let ((), seen) = tokio::try_join!(refuse_erased, peek)?;
-            let by_user = async {
-                if liked {
-                    s.edges.index_for_user(user, item, now).await?;
-                }
-                Ok::<_, WriteError>(())
-            };
-            let outbox = async {
+            // One request for both: the database's cost of a write is per request as much
+            // as per row (docs/design.md, "The database cost of a write").
+            if liked {
+                let by_user = s.edges.index_for_user_statement();
+                s.outbox
+                    .put_with_user_side(by_user, (shard, minute), item, user, &entry, now)
+                    .await?;
+            } else {
                 s.outbox
                     .put((shard, minute), item, user, &entry, now)
                     .await?;
-                Ok::<_, WriteError>(())
-            };
-            tokio::try_join!(by_user, outbox)?;
+            }
             self.cas(&req, seen).await
         };
         // The deadline bounds how long the outbox entry can belong to a request whose CAS is
@@ -313,7 +327,7 @@ impl Writer {
         match outcome {
             Outcome::Replay(r) => {
                 // Nothing was written: the entry has nothing to stand for.
-                s.outbox.delete((shard, minute), item, user, &entry).await?;
+                self.clears.clear((shard, minute), item, user, &entry);
                 Ok(answer(r))
             }
             Outcome::Flipped(edge, r) => {
@@ -355,7 +369,7 @@ impl Writer {
                 };
                 ticket.ended(deferred.is_none(), matches!(deferred, Some(("error", _))));
                 match deferred {
-                    None => s.outbox.delete((shard, minute), item, user, &entry).await?,
+                    None => self.clears.clear((shard, minute), item, user, &entry),
                     Some((reason, why)) => {
                         metrics::counter!("likes_api_publishes_deferred_total", "reason" => reason)
                             .increment(1);
@@ -372,7 +386,7 @@ impl Writer {
                         "injected: before the outbox entry is cleared".into()
                     )
                 ));
-                s.outbox.delete((shard, minute), item, user, &entry).await?;
+                self.clears.clear((shard, minute), item, user, &entry);
                 Ok(answer(r))
             }
         }

@@ -162,6 +162,20 @@ async fn erasure_takes_back_exactly_the_users_likes_and_resumes_after_kill9() {
     );
     let (s, b) = client.unlike("vic", "item-3", "after-erasure-2").await;
     assert_eq!(s, StatusCode::FORBIDDEN, "{b}");
+    // Concurrent writes share one check (write/erased_check.rs): each gets its own user's
+    // answer, the erased one refused and the others written.
+    let burst = (0..24).map(|i| {
+        let client = client.clone();
+        async move {
+            let user = if i % 3 == 0 { "vic".to_string() } else { format!("burst-{i}") };
+            let (s, b) = client.like(&user, "item-burst", &format!("burst-{i}")).await;
+            (user, s, b)
+        }
+    });
+    for (user, s, b) in futures::future::join_all(burst).await {
+        let want = if user == "vic" { StatusCode::FORBIDDEN } else { StatusCode::OK };
+        assert_eq!(s, want, "{user}: {b}");
+    }
 
     // The job, slowly, killed with -9 once it has checkpointed part of the walk.
     let slow = env(

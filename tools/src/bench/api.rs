@@ -30,6 +30,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
+use super::api_costs::{Cost, Costs};
 use super::scrape::cpu_seconds;
 use super::stats::{fig, mmm, Goal};
 use crate::procs::{self, stop, Proc};
@@ -63,6 +64,13 @@ pub struct ApiBenchArgs {
     pub rounds: usize,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Writes/s at which each statement of the write path runs alone (its Cassandra CPU).
+    #[arg(long, default_value_t = 200.0)]
+    pub cost_rate: f64,
+    /// Only the statements' costs and the API's own CPU per write at --cost-rate: no
+    /// capacity search (a quick look at the database cost of a write).
+    #[arg(long)]
+    pub costs_only: bool,
     /// Where the JSON report goes.
     #[arg(long, default_value = "bench/out")]
     pub out: PathBuf,
@@ -76,9 +84,10 @@ impl ApiBenchArgs {
             || self.step_seconds == 0
             || self.seconds == 0
             || self.rounds == 0
+            || !positive(self.cost_rate)
         {
             anyhow::bail!(
-                "--slo-p99-ms, --start-rate, --step-seconds, --seconds and --rounds must be above 0"
+                "--slo-p99-ms, --start-rate, --step-seconds, --seconds and --rounds and --cost-rate must be above 0"
             );
         }
         Ok(())
@@ -125,6 +134,8 @@ pub struct Round {
     pub api: Latency,
     pub in_process: Latency,
     pub bare_lwt: Latency,
+    /// Each statement of the write path alone at the half rate (api_costs.rs).
+    pub costs: Vec<Cost>,
 }
 
 impl Round {
@@ -220,7 +231,7 @@ fn figures(mut lat: Vec<f64>, errors: u64, elapsed: Duration, offered: f64) -> L
 }
 
 /// Runs `op(i)` at `rate` for `seconds`, open loop; returns the latency figures.
-async fn open_loop<F, Fut>(rate: f64, seconds: u64, op: F) -> Latency
+pub(crate) async fn open_loop<F, Fut>(rate: f64, seconds: u64, op: F) -> Latency
 where
     F: Fn(u64) -> Fut,
     Fut: std::future::Future<Output = bool> + Send + 'static,
@@ -267,7 +278,7 @@ where
 }
 
 /// The Cassandra that `make up` started, from its pid file (as stack/stack.sh places it).
-fn cassandra_pid() -> Option<u32> {
+pub(crate) fn cassandra_pid() -> Option<u32> {
     let pid = std::fs::read_to_string(likes_support::stack::dir().join("cassandra.pid")).ok()?;
     pid.trim().parse().ok()
 }
@@ -334,7 +345,13 @@ pub async fn run(
         app,
         session: session.clone(),
         edge_lwt,
+        costs: Arc::new(Costs::prepare(session.clone(), ks).await?),
     };
+    // Cold JVM paths and a fresh keyspace fail the search's first step for the wrong reason
+    // (p99 near a second at 100/s): a few seconds of each loop first, not counted.
+    let warm = loops.api("w", args.start_rate, 5).await;
+    loops.bare("w", args.start_rate, 5).await;
+    eprintln!("bench api: warm-up at {:.0}/s: API p99 {:.1} ms (not counted)", args.start_rate, warm.p99_ms);
     for round in 0..args.rounds {
         let r = loops.round(&format!("r{round}"), args).await;
         eprintln!(
@@ -371,12 +388,24 @@ struct Loops {
     app: Arc<api::App>,
     session: Arc<scylla::client::session::Session>,
     edge_lwt: Arc<scylla::statement::prepared::PreparedStatement>,
+    costs: Arc<Costs>,
 }
 
 impl Loops {
     /// One round: the capacity of the API and of the bare LWT, then the API, the write path
     /// in process and the bare LWT at half the API's capacity.
     async fn round(&self, tag: &str, args: &ApiBenchArgs) -> Round {
+        if args.costs_only {
+            let (s, rate) = (args.seconds, args.cost_rate);
+            return Round {
+                half_rate: rate,
+                api: self.run(Loop::Api, tag, rate, s).await,
+                in_process: self.run(Loop::InProcess, tag, rate, s).await,
+                bare_lwt: self.run(Loop::Bare, tag, rate, s).await,
+                costs: self.costs.measure(tag, rate, (s / 2).max(5)).await,
+                ..Default::default()
+            };
+        }
         let api_capacity = self.capacity(Loop::Api, &format!("{tag}c"), args).await;
         let bare_capacity = self.capacity(Loop::Bare, &format!("{tag}c"), args).await;
         let half_rate = (api_capacity.per_s / 2.0).max(1.0);
@@ -385,6 +414,7 @@ impl Loops {
             api: self.run(Loop::Api, &tag, half_rate, s).await,
             in_process: self.run(Loop::InProcess, &tag, half_rate, s).await,
             bare_lwt: self.run(Loop::Bare, &tag, half_rate, s).await,
+            costs: self.costs.measure(&tag, args.cost_rate, (s / 2).max(5)).await,
             api_capacity,
             bare_capacity,
             half_rate,
@@ -580,6 +610,7 @@ impl std::fmt::Display for ApiBenchReport {
                 m(|l| l.cassandra_cpu_ms).0
             )?;
         }
+        self.costs(f)?;
         let p99 = self.p99_ratio();
         write!(
             f,
@@ -588,5 +619,32 @@ impl std::fmt::Display for ApiBenchReport {
             Goal::at_most(LATENCY_GOAL).verdict(p99.0),
             fig(self.over(|r| r.api.p50_ms / r.in_process.p50_ms), 2)
         )
+    }
+}
+
+impl ApiBenchReport {
+    /// The table of where Cassandra's CPU per write goes, statement by statement.
+    fn costs(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(first) = self.rounds.first() else {
+            return Ok(());
+        };
+        writeln!(
+            f,
+            "\n| each statement alone at that rate, median of {} | Cassandra CPU ms each, idle taken off (min–max) | p99 ms |\n|---|---|---|",
+            self.rounds.len()
+        )?;
+        for (k, c) in first.costs.iter().enumerate() {
+            let m = |g: fn(&Cost) -> f64| {
+                self.over(|r| r.costs.get(k).map(g).unwrap_or(f64::NAN))
+            };
+            writeln!(
+                f,
+                "| {} | {} | {:.1} |",
+                c.name,
+                fig(m(|c| c.cpu_ms), 2),
+                m(|c| c.p99_ms).0
+            )?;
+        }
+        Ok(())
     }
 }

@@ -4,12 +4,14 @@
 //!   topic and a Kafka Streams exactly-once peer of the same topology ([`peer`]).
 //! - [`api`]: the API over loopback against the write path in process and a bare LWT.
 //! - [`overload`]: the API at 2× and 4× its capacity under the adaptive write limit, and its
-//!   writes through a broker outage ([`outage`]).
+//!   writes through a broker outage ([`outage`]) and a Cassandra slowed by pauses
+//!   ([`slowdown`]).
 //! - [`restore`]: stage 1's restore of a large changelog against a bare read of it.
 //! - [`report`]: all of them plus a sweep of offered load, written to `bench/report.md`
 //!   with [`plots`].
 
 pub mod api;
+pub mod api_costs;
 pub mod gen;
 pub mod outage;
 pub mod overload;
@@ -19,5 +21,6 @@ pub mod recovery;
 pub mod report;
 pub mod restore;
 pub mod scrape;
+pub mod slowdown;
 pub mod stats;
 pub mod topology;

@@ -56,10 +56,18 @@ pub struct OverloadArgs {
     /// starts it again).
     #[arg(long)]
     pub no_broker_outage: bool,
+    /// Skip the Cassandra slowdown of each round (it pauses the stack's Cassandra with
+    /// SIGSTOP / SIGCONT for 15 s).
+    #[arg(long)]
+    pub no_cassandra_slowdown: bool,
     /// Where the JSON report goes.
     #[arg(long, default_value = "bench/out")]
     pub out: PathBuf,
 }
+
+/// The offered load of each level, in multiples of the capacity: 1× for the plot's first
+/// point, 2× and 4× for the goals.
+pub const FACTORS: [f64; 3] = [1.0, 2.0, 4.0];
 
 /// One level of offered load.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -84,6 +92,8 @@ pub struct Round {
     pub levels: Vec<Level>,
     /// Writes at half the capacity through a 30 s broker outage.
     pub broker_outage: Option<super::outage::Outage>,
+    /// Writes at the capacity while Cassandra is paused in bursts.
+    pub cassandra_slowdown: Option<super::slowdown::Slowdown>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -94,10 +104,27 @@ pub struct OverloadReport {
 
 /// What one open-loop run saw, milliseconds from each request's scheduled time.
 #[derive(Default)]
-struct Seen {
-    ok: Vec<f64>,
-    shed: Vec<f64>,
-    errors: u64,
+pub(super) struct Seen {
+    pub(super) ok: Vec<f64>,
+    pub(super) shed: Vec<f64>,
+    pub(super) errors: u64,
+}
+
+/// The server's histogram of admitted writes from its creation on.
+pub(super) struct Since(Vec<(f64, f64)>);
+
+pub(super) fn quantile_since() -> Since {
+    Since(buckets(&scrape(API_METRICS_PORT), m::API_ADMITTED_WRITE_SECONDS))
+}
+
+impl Since {
+    /// The p99 (seconds) of the writes admitted since, and the limit now.
+    pub(super) fn p99_and_limit(&self) -> (f64, f64) {
+        let metrics = scrape(API_METRICS_PORT);
+        let server = diff(&buckets(&metrics, m::API_ADMITTED_WRITE_SECONDS), &self.0);
+        let limit = metrics.get(m::API_WRITE_LIMIT).copied().unwrap_or(f64::NAN);
+        (quantile(&server, 0.99), limit)
+    }
 }
 
 pub(super) fn p99(v: &mut [f64]) -> f64 {
@@ -117,7 +144,7 @@ pub(super) struct Client {
 
 impl Client {
     /// Likes of fresh edges at `rate` for `seconds`, open loop.
-    async fn writes(&self, tag: &str, rate: f64, seconds: u64) -> Seen {
+    pub(super) async fn writes(&self, tag: &str, rate: f64, seconds: u64) -> Seen {
         let n = (rate * seconds as f64) as u64;
         let seen = Arc::new(Mutex::new(Seen::default()));
         let started = Instant::now();
@@ -264,8 +291,9 @@ pub async fn run(
             reads_unloaded_p99_ms: p99(&mut unloaded),
             levels: Vec::new(),
             broker_outage: None,
+            cassandra_slowdown: None,
         };
-        for factor in [2.0, 4.0] {
+        for factor in FACTORS {
             let rate = capacity * factor;
             let before = buckets(&scrape(API_METRICS_PORT), m::API_ADMITTED_WRITE_SECONDS);
             let stop_reads = Arc::new(AtomicU64::new(0));
@@ -310,6 +338,12 @@ pub async fn run(
             r.levels.push(level);
             // Let the backlog of the last level drain before the next.
             tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        if !args.no_cassandra_slowdown {
+            match super::slowdown::cassandra(&client, &tag, capacity).await {
+                Ok(o) => r.cassandra_slowdown = Some(o),
+                Err(e) => eprintln!("bench overload: the Cassandra slowdown failed: {e:#}"),
+            }
         }
         if !args.no_broker_outage {
             // A failed outage (the broker not killed, or not started again) loses its rows,
@@ -415,7 +449,7 @@ impl OverloadReport {
             s,
             "| offered | figure | median (min–max) | goal |\n|---|---|---|---|"
         );
-        for (k, factor) in [2.0, 4.0].iter().enumerate() {
+        for (k, factor) in FACTORS.iter().enumerate() {
             let get = |f: fn(&Round, &Level) -> f64| {
                 mmm(self
                     .rounds
@@ -509,6 +543,59 @@ impl OverloadReport {
                 ),
             ];
             let label = format!("½ capacity, broker killed for {:.0} s", down.0);
+            write_rows(&mut s, &label, rows);
+        }
+        let slow: Vec<_> = self
+            .rounds
+            .iter()
+            .filter_map(|r| r.cassandra_slowdown.as_ref())
+            .collect();
+        if !slow.is_empty() {
+            use super::slowdown::{PAUSE, PERIOD};
+            let get = |f: fn(&super::slowdown::Slowdown) -> f64| mmm(slow.iter().map(|o| f(o)));
+            let rows: [Row; 6] = [
+                (
+                    "limit at its end / limit before (comes down)",
+                    get(|o| o.slowed.limit_at_end / o.before.limit_at_end),
+                    Goal::at_most(0.9),
+                    2,
+                ),
+                (
+                    "accepted writes' p99 at the server, ms",
+                    get(|o| o.slowed.accepted_server_p99_ms),
+                    Goal::at_most(150.0),
+                    0,
+                ),
+                (
+                    "goodput / offered",
+                    get(|o| o.slowed.goodput_per_s / o.rate_per_s),
+                    Goal::at_least(0.0),
+                    2,
+                ),
+                (
+                    "limit 15 s after it / limit before (goes back up)",
+                    get(|o| o.after.limit_at_end / o.before.limit_at_end),
+                    Goal::at_least(0.75),
+                    2,
+                ),
+                (
+                    "goodput / offered in the 15 s after it",
+                    get(|o| o.after.goodput_per_s / o.rate_per_s),
+                    Goal::at_least(0.9),
+                    2,
+                ),
+                (
+                    "goodput / offered before it",
+                    get(|o| o.before.goodput_per_s / o.rate_per_s),
+                    Goal::at_least(0.0),
+                    2,
+                ),
+            ];
+            let label = format!(
+                "1× capacity, Cassandra paused {} ms of every {} ms for 15 s",
+                PAUSE.as_millis(),
+                PERIOD.as_millis()
+            );
             write_rows(&mut s, &label, rows);
         }
         s

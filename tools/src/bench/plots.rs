@@ -5,6 +5,7 @@ use std::path::Path;
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 
+use super::overload::OverloadReport;
 use super::report::LevelRun;
 use super::stats::mmm;
 
@@ -175,6 +176,102 @@ pub(super) fn plots(dir: &Path, sweep: &[Vec<LevelRun>]) -> Result<()> {
             .label(format!("{:.0}/s", run.offered_per_s))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
     }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}
+
+/// The overload plot: goodput (left axis, in capacities) and the accepted writes' p99 at the
+/// server (right axis, ms) against the offered load in capacities; medians as lines, each
+/// round as a dot, the goals as grey lines.
+pub(super) fn overload_plot(path: &Path, report: &OverloadReport) -> Result<()> {
+    register_font()?;
+    let levels = super::overload::FACTORS;
+    let per_level = |f: fn(f64, &super::overload::Level) -> f64| -> Vec<(f64, Vec<f64>)> {
+        levels
+            .iter()
+            .enumerate()
+            .map(|(k, x)| {
+                let ys = report
+                    .rounds
+                    .iter()
+                    .filter_map(|r| r.levels.get(k).map(|l| f(r.capacity_per_s, l)))
+                    .filter(|v| v.is_finite())
+                    .collect();
+                (*x, ys)
+            })
+            .collect()
+    };
+    let goodput = per_level(|cap, l| l.goodput_per_s / cap);
+    let p99 = per_level(|_, l| l.accepted_server_p99_ms);
+    let top = |pts: &[(f64, Vec<f64>)], floor: f64| {
+        pts.iter().flat_map(|p| p.1.iter().copied()).fold(floor, f64::max) * 1.15
+    };
+    let x_max = levels.iter().copied().fold(1.0, f64::max) + 0.5;
+    let root = BitMapBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Overload: goodput and accepted p99 vs offered load", ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .right_y_label_area_size(65)
+        .build_cartesian_2d(0.0..x_max, 0.0..top(&goodput, 1.0))
+        .map_err(plot_err)?
+        .set_secondary_coord(0.0..x_max, 0.0..top(&p99, 150.0));
+    chart
+        .configure_mesh()
+        .x_desc("offered writes, in capacities")
+        .y_desc("goodput, in capacities")
+        .draw()
+        .map_err(plot_err)?;
+    chart
+        .configure_secondary_axes()
+        .y_desc("accepted writes' p99 at the server, ms")
+        .draw()
+        .map_err(plot_err)?;
+    let grey = RGBColor(170, 170, 170);
+    chart
+        .draw_series(LineSeries::new([(0.0, 0.9), (x_max, 0.9)], grey))
+        .map_err(plot_err)?
+        .label("goals: goodput 0.9, p99 150 ms")
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey));
+    chart
+        .draw_secondary_series(LineSeries::new([(0.0, 150.0), (x_max, 150.0)], grey))
+        .map_err(plot_err)?;
+    let median = |ys: &[f64]| mmm(ys.iter().copied()).0;
+    chart
+        .draw_series(LineSeries::new(
+            goodput.iter().map(|p| (p.0, median(&p.1))),
+            BLUE.stroke_width(2),
+        ))
+        .map_err(plot_err)?
+        .label("goodput (median; dots: rounds)")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE.stroke_width(2)));
+    chart
+        .draw_series(goodput.iter().flat_map(|p| {
+            p.1.iter().map(move |v| Circle::new((p.0, *v), 3, BLUE.filled()))
+        }))
+        .map_err(plot_err)?;
+    chart
+        .draw_secondary_series(LineSeries::new(
+            p99.iter().map(|p| (p.0, median(&p.1))),
+            RED.stroke_width(2),
+        ))
+        .map_err(plot_err)?
+        .label("accepted p99, ms (right axis)")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED.stroke_width(2)));
+    chart
+        .draw_secondary_series(p99.iter().flat_map(|p| {
+            p.1.iter().map(move |v| Circle::new((p.0, *v), 3, RED.filled()))
+        }))
+        .map_err(plot_err)?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::LowerRight)

@@ -151,6 +151,8 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
             seconds: 20,
             rounds: args.repeats,
             seed: 42,
+            cost_rate: 200.0,
+            costs_only: false,
             out: raw.clone(),
         },
     )
@@ -165,6 +167,7 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
             read_rate: 50.0,
             rounds: args.repeats,
             no_broker_outage: false,
+            no_cassandra_slowdown: false,
             out: raw.clone(),
         },
     )
@@ -175,6 +178,7 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
     let machine = machine(settings).await;
     let md = render(&machine, args, &topo, &short, &api, &overload, &sweep);
     super::plots::plots(&args.out, &sweep)?;
+    super::plots::overload_plot(&args.out.join("overload.png"), &overload)?;
     let path = args.out.join("report.md");
     std::fs::write(&path, md)?;
     Ok(path)
@@ -571,6 +575,7 @@ fn render(
         overload.rounds.len()
     );
     let _ = writeln!(s, "{}", overload.table());
+    let _ = writeln!(s, "![overload: goodput and accepted p99 against offered load](overload.png)\n");
 
     let _ = writeln!(
         s,

@@ -1,0 +1,77 @@
+//! The check that a writing account was not erased, gathered across concurrent writes: while
+//! a check is with the database, the checks that arrive queue, and the next request asks for
+//! all of them at once (`user_key IN ?`). A lone write waits for nothing extra; under load
+//! one request answers many writes (docs/design.md, "The database cost of a write": the
+//! database's cost is per request as much as per row).
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::error::{Error, Result};
+use crate::store::Stores;
+
+/// Users per request at most.
+const MAX_USERS: usize = 64;
+
+/// Requests with the database at once. One: the checks that arrive meanwhile are the next
+/// request's (at a few ms per request, one at a time answers thousands of writes a second);
+/// a slow database holds them, as it would hold their own requests.
+const IN_FLIGHT: usize = 1;
+
+type Answer = oneshot::Sender<std::result::Result<Option<String>, String>>;
+
+/// The handle writes ask through; cheap to clone.
+#[derive(Clone)]
+pub struct ErasedCheck {
+    tx: mpsc::UnboundedSender<(String, Answer)>,
+}
+
+impl ErasedCheck {
+    /// Starts the task that asks the database (needs a tokio runtime).
+    pub fn spawn(store: Arc<Stores>) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(store, rx));
+        Self { tx }
+    }
+
+    /// The erasure that took `user`'s account, if one did.
+    pub async fn erased(&self, user: &str) -> Result<Option<String>> {
+        let (tx, rx) = oneshot::channel();
+        let gone = || Error::CqlTransient("the erased-account check stopped".into());
+        self.tx.send((user.to_string(), tx)).map_err(|_| gone())?;
+        match rx.await.map_err(|_| gone())? {
+            Ok(found) => Ok(found),
+            Err(e) => Err(Error::CqlTransient(format!("checking erased accounts: {e}"))),
+        }
+    }
+}
+
+async fn run(store: Arc<Stores>, mut rx: mpsc::UnboundedReceiver<(String, Answer)>) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    while let Some(first) = rx.recv().await {
+        // Waiting for a slot is when the next checks gather.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut asks = vec![first];
+        while asks.len() < MAX_USERS {
+            match rx.try_recv() {
+                Ok(a) => asks.push(a),
+                Err(_) => break,
+            }
+        }
+        let store = store.clone();
+        tokio::spawn(async move {
+            let users: Vec<String> = asks.iter().map(|(u, _)| u.clone()).collect();
+            let found = store.erasures.erased_among(&users).await;
+            for (user, answer) in asks {
+                let _ = answer.send(match &found {
+                    Ok(map) => Ok(map.get(&user).cloned()),
+                    Err(e) => Err(e.to_string()),
+                });
+            }
+            drop(slot);
+        });
+    }
+}
