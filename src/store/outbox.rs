@@ -148,7 +148,10 @@ impl Outbox {
         batch.append_statement(self.put.clone());
         let at = CqlTimestamp(at_ms);
         self.session
-            .batch(&batch, ((user, item, at), (shard, minute, item, user, entry, at)))
+            .batch(
+                &batch,
+                ((user, item, at), (shard, minute, item, user, entry, at)),
+            )
             .await?;
         Ok(())
     }
@@ -169,7 +172,9 @@ impl Outbox {
         for (p, n) in rows {
             let new_partition = last != Some(p);
             if values.len() == CLEAR_BATCH || (new_partition && partitions == BATCH_PARTITIONS) {
-                self.session.batch(&batch, std::mem::take(&mut values)).await?;
+                self.session
+                    .batch(&batch, std::mem::take(&mut values))
+                    .await?;
                 batch = Batch::new(BatchType::Unlogged);
                 partitions = 0;
                 last = None;

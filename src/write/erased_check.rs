@@ -42,7 +42,9 @@ impl ErasedCheck {
         self.tx.send((user.to_string(), tx)).map_err(|_| gone())?;
         match rx.await.map_err(|_| gone())? {
             Ok(found) => Ok(found),
-            Err(e) => Err(Error::CqlTransient(format!("checking erased accounts: {e}"))),
+            Err(e) => Err(Error::CqlTransient(format!(
+                "checking erased accounts: {e}"
+            ))),
         }
     }
 }

@@ -167,13 +167,23 @@ async fn erasure_takes_back_exactly_the_users_likes_and_resumes_after_kill9() {
     let burst = (0..24).map(|i| {
         let client = client.clone();
         async move {
-            let user = if i % 3 == 0 { "vic".to_string() } else { format!("burst-{i}") };
-            let (s, b) = client.like(&user, "item-burst", &format!("burst-{i}")).await;
+            let user = if i % 3 == 0 {
+                "vic".to_string()
+            } else {
+                format!("burst-{i}")
+            };
+            let (s, b) = client
+                .like(&user, "item-burst", &format!("burst-{i}"))
+                .await;
             (user, s, b)
         }
     });
     for (user, s, b) in futures::future::join_all(burst).await {
-        let want = if user == "vic" { StatusCode::FORBIDDEN } else { StatusCode::OK };
+        let want = if user == "vic" {
+            StatusCode::FORBIDDEN
+        } else {
+            StatusCode::OK
+        };
         assert_eq!(s, want, "{user}: {b}");
     }
 

@@ -351,7 +351,10 @@ pub async fn run(
     // (p99 near a second at 100/s): a few seconds of each loop first, not counted.
     let warm = loops.api("w", args.start_rate, 5).await;
     loops.bare("w", args.start_rate, 5).await;
-    eprintln!("bench api: warm-up at {:.0}/s: API p99 {:.1} ms (not counted)", args.start_rate, warm.p99_ms);
+    eprintln!(
+        "bench api: warm-up at {:.0}/s: API p99 {:.1} ms (not counted)",
+        args.start_rate, warm.p99_ms
+    );
     for round in 0..args.rounds {
         let r = loops.round(&format!("r{round}"), args).await;
         eprintln!(
@@ -402,7 +405,7 @@ impl Loops {
                 api: self.run(Loop::Api, tag, rate, s).await,
                 in_process: self.run(Loop::InProcess, tag, rate, s).await,
                 bare_lwt: self.run(Loop::Bare, tag, rate, s).await,
-                costs: self.costs.measure(tag, rate, (s / 2).max(5)).await,
+                costs: self.costs(tag, args).await,
                 ..Default::default()
             };
         }
@@ -414,11 +417,22 @@ impl Loops {
             api: self.run(Loop::Api, &tag, half_rate, s).await,
             in_process: self.run(Loop::InProcess, &tag, half_rate, s).await,
             bare_lwt: self.run(Loop::Bare, &tag, half_rate, s).await,
-            costs: self.costs.measure(&tag, args.cost_rate, (s / 2).max(5)).await,
+            costs: self.costs(&tag, args).await,
             api_capacity,
             bare_capacity,
             half_rate,
         }
+    }
+
+    /// Each statement alone, last in a round; then a pause, so that the flushes and
+    /// compactions of what they wrote do not land on the next round's loops.
+    async fn costs(&self, tag: &str, args: &ApiBenchArgs) -> Vec<Cost> {
+        let c = self
+            .costs
+            .measure(tag, args.cost_rate, (args.seconds / 2).max(5))
+            .await;
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        c
     }
 
     /// The highest rate `which` sustains within the SLO: up by half a step until a step
@@ -634,9 +648,7 @@ impl ApiBenchReport {
             self.rounds.len()
         )?;
         for (k, c) in first.costs.iter().enumerate() {
-            let m = |g: fn(&Cost) -> f64| {
-                self.over(|r| r.costs.get(k).map(g).unwrap_or(f64::NAN))
-            };
+            let m = |g: fn(&Cost) -> f64| self.over(|r| r.costs.get(k).map(g).unwrap_or(f64::NAN));
             writeln!(
                 f,
                 "| {} | {} | {:.1} |",

@@ -91,7 +91,8 @@ impl Costs {
             let ops = rate / per_op as f64;
             let l = open_loop(ops, seconds, move |i| me.clone().run(kind, tag.clone(), i)).await;
             // CPU per op, less the idle share of each op's time, per statement.
-            let net = (l.cassandra_cpu_ms - idle_ms_per_s / l.achieved_per_s.max(1.0)) / per_op as f64;
+            let net =
+                (l.cassandra_cpu_ms - idle_ms_per_s / l.achieved_per_s.max(1.0)) / per_op as f64;
             eprintln!(
                 "bench api: cost of {name}: {net:.2} ms Cassandra CPU each (idle {idle_ms_per_s:.0} ms/s taken off), p99 {:.1} ms",
                 l.p99_ms
@@ -112,7 +113,10 @@ impl Costs {
         let now = CqlTimestamp(likes::runtime::clock::now_ms());
         let entry = format!("{i:016x}");
         let r = match kind {
-            Kind::Lwt => s.execute_unpaged(&self.lwt, (&item, &user)).await.map(|_| ()),
+            Kind::Lwt => s
+                .execute_unpaged(&self.lwt, (&item, &user))
+                .await
+                .map(|_| ()),
             Kind::Erased => s
                 .execute_unpaged(&self.erased, (likes::store::erasures::user_key(&user),))
                 .await
@@ -148,7 +152,13 @@ impl Costs {
                 let mut values = Vec::with_capacity(DELETES_PER_BATCH);
                 for k in 0..DELETES_PER_BATCH {
                     b.append_statement(self.outbox_del.clone());
-                    values.push((shard, 1i64, item.clone(), format!("{user}-{k}"), entry.clone()));
+                    values.push((
+                        shard,
+                        1i64,
+                        item.clone(),
+                        format!("{user}-{k}"),
+                        entry.clone(),
+                    ));
                 }
                 s.batch(&b, values).await.map(|_| ())
             }
@@ -175,8 +185,16 @@ const KINDS: [(&str, Kind, usize); 7] = [
     ("edges_by_user insert", Kind::ByUser, 1),
     ("outbox insert", Kind::OutboxPut, 1),
     ("outbox delete", Kind::OutboxDel, 1),
-    ("edges_by_user + outbox insert, one unlogged batch", Kind::ByUserAndOutbox, 1),
-    ("outbox delete, 8 of one partition per batch (as the API clears them)", Kind::GroupedDeletes, DELETES_PER_BATCH),
+    (
+        "edges_by_user + outbox insert, one unlogged batch",
+        Kind::ByUserAndOutbox,
+        1,
+    ),
+    (
+        "outbox delete, 8 of one partition per batch (as the API clears them)",
+        Kind::GroupedDeletes,
+        DELETES_PER_BATCH,
+    ),
 ];
 
 /// Cassandra's CPU ms per second while nothing is sent (NaN without its pid).

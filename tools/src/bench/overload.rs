@@ -114,7 +114,10 @@ pub(super) struct Seen {
 pub(super) struct Since(Vec<(f64, f64)>);
 
 pub(super) fn quantile_since() -> Since {
-    Since(buckets(&scrape(API_METRICS_PORT), m::API_ADMITTED_WRITE_SECONDS))
+    Since(buckets(
+        &scrape(API_METRICS_PORT),
+        m::API_ADMITTED_WRITE_SECONDS,
+    ))
 }
 
 impl Since {
@@ -340,7 +343,8 @@ pub async fn run(
             tokio::time::sleep(Duration::from_secs(3)).await;
         }
         if !args.no_cassandra_slowdown {
-            match super::slowdown::cassandra(&client, &tag, capacity).await {
+            // ¾ of the capacity: comfortable before, past what a paused database takes.
+            match super::slowdown::cassandra(&client, &tag, capacity * 0.75).await {
                 Ok(o) => r.cassandra_slowdown = Some(o),
                 Err(e) => eprintln!("bench overload: the Cassandra slowdown failed: {e:#}"),
             }
@@ -362,6 +366,11 @@ pub async fn run(
     let path = args.out.join(format!("overload-{stamp}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     eprintln!("bench overload: report written to {}", path.display());
+    let plot = args.out.join(format!("overload-{stamp}.png"));
+    match super::plots::overload_plot(&plot, &report) {
+        Ok(()) => eprintln!("bench overload: plot written to {}", plot.display()),
+        Err(e) => eprintln!("bench overload: no plot: {e:#}"),
+    }
     Ok(report)
 }
 
@@ -592,7 +601,7 @@ impl OverloadReport {
                 ),
             ];
             let label = format!(
-                "1× capacity, Cassandra paused {} ms of every {} ms for 15 s",
+                "¾ capacity, Cassandra paused {} ms of every {} ms for 15 s",
                 PAUSE.as_millis(),
                 PERIOD.as_millis()
             );

@@ -211,13 +211,19 @@ pub(super) fn overload_plot(path: &Path, report: &OverloadReport) -> Result<()> 
     let goodput = per_level(|cap, l| l.goodput_per_s / cap);
     let p99 = per_level(|_, l| l.accepted_server_p99_ms);
     let top = |pts: &[(f64, Vec<f64>)], floor: f64| {
-        pts.iter().flat_map(|p| p.1.iter().copied()).fold(floor, f64::max) * 1.15
+        pts.iter()
+            .flat_map(|p| p.1.iter().copied())
+            .fold(floor, f64::max)
+            * 1.15
     };
     let x_max = levels.iter().copied().fold(1.0, f64::max) + 0.5;
     let root = BitMapBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption("Overload: goodput and accepted p99 vs offered load", ("sans-serif", 22))
+        .caption(
+            "Overload: goodput and accepted p99 vs offered load",
+            ("sans-serif", 22),
+        )
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(65)
@@ -256,7 +262,8 @@ pub(super) fn overload_plot(path: &Path, report: &OverloadReport) -> Result<()> 
         .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE.stroke_width(2)));
     chart
         .draw_series(goodput.iter().flat_map(|p| {
-            p.1.iter().map(move |v| Circle::new((p.0, *v), 3, BLUE.filled()))
+            p.1.iter()
+                .map(move |v| Circle::new((p.0, *v), 3, BLUE.filled()))
         }))
         .map_err(plot_err)?;
     chart
@@ -269,7 +276,8 @@ pub(super) fn overload_plot(path: &Path, report: &OverloadReport) -> Result<()> 
         .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED.stroke_width(2)));
     chart
         .draw_secondary_series(p99.iter().flat_map(|p| {
-            p.1.iter().map(move |v| Circle::new((p.0, *v), 3, RED.filled()))
+            p.1.iter()
+                .map(move |v| Circle::new((p.0, *v), 3, RED.filled()))
         }))
         .map_err(plot_err)?;
     chart

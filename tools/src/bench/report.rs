@@ -575,7 +575,10 @@ fn render(
         overload.rounds.len()
     );
     let _ = writeln!(s, "{}", overload.table());
-    let _ = writeln!(s, "![overload: goodput and accepted p99 against offered load](overload.png)\n");
+    let _ = writeln!(
+        s,
+        "![overload: goodput and accepted p99 against offered load](overload.png)\n"
+    );
 
     let _ = writeln!(
         s,

@@ -1,7 +1,8 @@
 //! The API's adaptive write limit when Cassandra slows (issue 26, item 3: "the limit comes down
 //! and goes back up"), a part of `likes-tools bench overload`'s rounds.
 //!
-//! Writes at the API's capacity, open loop, for three stretches of [`STRETCH`]: Cassandra as
+//! Writes at ¾ of the API's capacity (comfortable as it is, past what a paused database
+//! takes), open loop, for three stretches of [`STRETCH`]: Cassandra as
 //! it is, then paused [`PAUSE`] of every [`PERIOD`] (SIGSTOP / SIGCONT: the stalls of a long
 //! GC or a node's timeouts, on the real process), then as it is again. Each stretch reports
 //! its goodput, the accepted writes' p99 at the server and the limit at its end.
@@ -55,7 +56,8 @@ fn signal(pid: u32, sig: &str) {
 
 /// Runs the three stretches at `rate`; Cassandra runs freely again when it returns.
 pub(super) async fn cassandra(client: &Client, tag: &str, rate: f64) -> Result<Slowdown> {
-    let pid = super::api::cassandra_pid().ok_or_else(|| anyhow!("no cassandra.pid: is the stack up?"))?;
+    let pid =
+        super::api::cassandra_pid().ok_or_else(|| anyhow!("no cassandra.pid: is the stack up?"))?;
     let before = stretch(client, &format!("{tag}sb"), rate).await;
     let slowed = {
         let _resume = Resume(pid);
