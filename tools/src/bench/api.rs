@@ -41,6 +41,8 @@ use likes::topology::Topology;
 
 /// The API's capacity over the bare LWT loop's must reach this.
 pub const CAPACITY_GOAL: f64 = 0.7;
+/// Cassandra's CPU per write of the write path over the bare LWT loop's (issue 26, item 4).
+pub const CPU_GOAL: f64 = 1.25;
 /// The API's p99 over the bare LWT loop's, at half the API's capacity, must stay under this.
 pub const LATENCY_GOAL: f64 = 2.0;
 
@@ -624,6 +626,14 @@ impl std::fmt::Display for ApiBenchReport {
                 m(|l| l.cassandra_cpu_ms).0
             )?;
         }
+        let cpu = self.over(|r| r.in_process.cassandra_cpu_ms / r.bare_lwt.cassandra_cpu_ms);
+        writeln!(
+            f,
+            "\n**Cassandra CPU per write, write path in process / bare LWT**: {} — goal {} (the API over loopback sends the same statements; its loop runs first, after the capacity search's flushes: {}).",
+            fig(cpu, 2),
+            Goal::at_most(CPU_GOAL).verdict(cpu.0),
+            fig(self.over(|r| r.api.cassandra_cpu_ms / r.bare_lwt.cassandra_cpu_ms), 2)
+        )?;
         self.costs(f)?;
         let p99 = self.p99_ratio();
         write!(

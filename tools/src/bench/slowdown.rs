@@ -39,12 +39,18 @@ pub struct Slowdown {
     pub after: Stretch,
 }
 
-/// Sends SIGCONT when dropped: a bench stopped mid-pause never leaves Cassandra stopped.
-struct Resume(u32);
+/// Ends the pauses and sends SIGCONT when dropped, whichever way the stretch ends (a panic
+/// too), so that Cassandra is never left stopped. A bench killed mid-pause leaves it stopped:
+/// `kill -CONT $(cat ~/.cache/likes/stack/cassandra.pid)`.
+struct Resume {
+    pid: u32,
+    stop: Arc<AtomicBool>,
+}
 
 impl Drop for Resume {
     fn drop(&mut self) {
-        signal(self.0, "-CONT");
+        self.stop.store(true, Ordering::Relaxed);
+        signal(self.pid, "-CONT");
     }
 }
 
@@ -60,8 +66,11 @@ pub(super) async fn cassandra(client: &Client, tag: &str, rate: f64) -> Result<S
         super::api::cassandra_pid().ok_or_else(|| anyhow!("no cassandra.pid: is the stack up?"))?;
     let before = stretch(client, &format!("{tag}sb"), rate).await;
     let slowed = {
-        let _resume = Resume(pid);
         let stop = Arc::new(AtomicBool::new(false));
+        let resume = Resume {
+            pid,
+            stop: stop.clone(),
+        };
         let pauses = {
             let stop = stop.clone();
             tokio::task::spawn_blocking(move || {
@@ -74,8 +83,9 @@ pub(super) async fn cassandra(client: &Client, tag: &str, rate: f64) -> Result<S
             })
         };
         let s = stretch(client, &format!("{tag}ss"), rate).await;
-        stop.store(true, Ordering::Relaxed);
+        resume.stop.store(true, Ordering::Relaxed);
         let _ = pauses.await;
+        drop(resume);
         s
     };
     let after = stretch(client, &format!("{tag}sa"), rate).await;
