@@ -13,7 +13,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore
+.PHONY: bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -66,6 +66,11 @@ bench-api: up ## The API's capacity (p99 < 150 ms) and latency against a bare LW
 	@stack/prereqs.sh build
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench api
+
+bench-import: up ## likes import of a 10M-row file against bare inserts into the same table; peak memory (BENCH_ROWS=10000000)
+	@stack/prereqs.sh stack build
+	$(CARGO) build --release --workspace --bins
+	$(CARGO_TARGET_DIR)/release/likes-tools bench import --rows $${BENCH_ROWS:-10000000}
 
 bench-restore: up ## Stage 1's restore of a 10M-record changelog against a bare read of it (BENCH_RECORDS=10000000)
 	@stack/prereqs.sh stack build

@@ -28,7 +28,10 @@
 //!   table (docs/multi-region.md).
 //! - [`cmd`]: how each long-running process is assembled (named tasks, joined), and the
 //!   setup commands (`migrate`, `topics`).
-//! - [`ops`]: the operations jobs (`drift`, `reconcile`, `rebuild`, `erase`, `replay`).
+//! - [`ops`]: the operations jobs (`drift`, `reconcile`, `rebuild`, `erase`, `replay`,
+//!   `compare`).
+//! - [`import`]: `likes import`, the likes a team already has loaded from a file
+//!   (docs/adoption.md).
 //! - [`error`]: one error type; what each error means (retry, restart the stage, exit) is
 //!   decided there.
 //!
@@ -44,6 +47,7 @@ pub mod cql;
 pub mod dedupe;
 pub mod error;
 pub mod hash;
+pub mod import;
 pub mod kafka;
 pub mod ops;
 pub mod records;

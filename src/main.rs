@@ -137,6 +137,73 @@ enum Command {
         #[command(subcommand)]
         action: RegionAction,
     },
+    /// Load the likes a team already has from a file (CSV with a header, JSON Lines,
+    /// Parquet) into the edges, as the write path would have left them (docs/adoption.md).
+    ///
+    /// Every write is conditional: an edge the live write path has touched is left as it is,
+    /// and a re-run or a resumed run changes nothing. Killed, it resumes at its checkpoint
+    /// in --state-dir. It writes no counts: afterwards run
+    /// `likes reconcile --items-from <state dir>/items.txt`.
+    ///
+    /// Examples:
+    ///   likes import likes.csv
+    ///   likes import export.parquet --item-column post_id --user-column member_id \
+    ///       --time-column created_at --all-liked
+    ///   likes import likes.jsonl --dry-run            # check the file and the mapping
+    #[command(verbatim_doc_comment)]
+    Import {
+        /// The file of edges, one row per (item, user).
+        file: std::path::PathBuf,
+        /// csv, jsonl or parquet (default: from the file name's extension).
+        #[arg(long)]
+        format: Option<String>,
+        #[arg(long, default_value = "item_id")]
+        item_column: String,
+        #[arg(long, default_value = "user_id")]
+        user_column: String,
+        /// true/false, 1/0, liked/unliked; the latest row (by time) of an edge wins.
+        #[arg(long, default_value = "liked", conflicts_with = "all_liked")]
+        liked_column: String,
+        /// The file has no liked column: every row is a like.
+        #[arg(long)]
+        all_liked: bool,
+        /// When the edge took its state: Unix ms or RFC 3339 (Parquet: a timestamp).
+        #[arg(long, default_value = "liked_at")]
+        time_column: String,
+        /// Checkpoint, rejects.jsonl and items.txt (default: FILE.import/ beside the file).
+        #[arg(long)]
+        state_dir: Option<std::path::PathBuf>,
+        /// Rows in flight at once (memory stays flat in the file's size).
+        #[arg(long, default_value_t = 4096)]
+        window: usize,
+        /// CQL statements in flight at once.
+        #[arg(long, default_value_t = 96)]
+        concurrency: usize,
+        /// Read and check every row, write the rejects; write nothing to the database.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Compare the old counter's counts (a file of item,count) with this one's at a cut:
+    /// a table of the items that differ, largest first, and gauges.
+    ///
+    /// Examples:
+    ///   likes compare --old old-counts.csv
+    ///   likes compare --old old-counts.csv --metrics-file /var/lib/node_exporter/likes_compare.prom
+    #[command(verbatim_doc_comment)]
+    Compare {
+        /// item,count per line (comma or tab; a header line allowed).
+        #[arg(long)]
+        old: std::path::PathBuf,
+        /// Items shown in the table (the largest differences).
+        #[arg(long, default_value_t = 20)]
+        show: usize,
+        /// Write the gauges here (Prometheus text format, for a textfile collector).
+        #[arg(long)]
+        metrics_file: Option<std::path::PathBuf>,
+        /// Exit 1 when any item differs.
+        #[arg(long)]
+        fail_on_diff: bool,
+    },
     /// Reset a stage's consumer group to replay its input; counts do not move.
     Replay {
         /// The group, as on the cluster (with the topic prefix), e.g. likes-count.
@@ -198,6 +265,9 @@ struct ScopeArgs {
     /// Every item with an edge or a counter row.
     #[arg(long)]
     all: bool,
+    /// The items listed in a file, one per line (an import's items.txt).
+    #[arg(long)]
+    items_from: Option<std::path::PathBuf>,
     /// Every item the recount queue names (likes.dlq: flips stage 1 dead-lettered or counted
     /// on a guess). `reconcile` marks the queue drained once all of them are settled.
     #[arg(long)]
@@ -205,13 +275,26 @@ struct ScopeArgs {
 }
 
 impl ScopeArgs {
-    fn scope(self) -> likes::ops::drift::Scope {
-        match (self.items.is_empty(), self.sample, self.dead_letters) {
-            (false, _, _) => likes::ops::drift::Scope::Items(self.items),
-            (true, Some(n), _) => likes::ops::drift::Scope::Sample(n),
-            (true, None, true) => likes::ops::drift::Scope::DeadLetters,
-            (true, None, false) => likes::ops::drift::Scope::All,
+    fn scope(self) -> anyhow::Result<likes::ops::drift::Scope> {
+        if let Some(path) = &self.items_from {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("--items-from {}: {e}", path.display()))?;
+            let items: Vec<String> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect();
+            return Ok(likes::ops::drift::Scope::Items(items));
         }
+        Ok(
+            match (self.items.is_empty(), self.sample, self.dead_letters) {
+                (false, _, _) => likes::ops::drift::Scope::Items(self.items),
+                (true, Some(n), _) => likes::ops::drift::Scope::Sample(n),
+                (true, None, true) => likes::ops::drift::Scope::DeadLetters,
+                (true, None, false) => likes::ops::drift::Scope::All,
+            },
+        )
     }
 }
 
@@ -319,7 +402,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 metrics_file,
                 push,
             } => {
-                let scope = scope.scope();
+                let scope = scope.scope()?;
                 let report = likes::ops::retrying("drift", settings.ops.wait_timeout, || async {
                     let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
                     likes::ops::drift::run(&p, &scope).await
@@ -338,7 +421,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 dry_run,
                 reason,
             } => {
-                let scope = scope.scope();
+                let scope = scope.scope()?;
                 let (p, queue, report) =
                     likes::ops::retrying("reconcile", settings.ops.wait_timeout, || async {
                         let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
@@ -389,6 +472,63 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 })
                 .await?;
                 out(&report.to_string());
+            }
+            Command::Import {
+                file,
+                format,
+                item_column,
+                user_column,
+                liked_column,
+                all_liked,
+                time_column,
+                state_dir,
+                window,
+                concurrency,
+                dry_run,
+            } => {
+                let args = likes::import::Args {
+                    file,
+                    format: format
+                        .as_deref()
+                        .map(likes::import::source::Format::parse)
+                        .transpose()?,
+                    mapping: likes::import::source::Mapping {
+                        item: item_column,
+                        user: user_column,
+                        liked: (!all_liked).then_some(liked_column),
+                        time: time_column,
+                    },
+                    state_dir,
+                    window,
+                    concurrency,
+                    dry_run,
+                };
+                // A dependency's restart fails a run; the next resumes at the checkpoint.
+                let report = likes::ops::retrying("import", settings.ops.wait_timeout, || {
+                    likes::import::run(&settings, &topology, &args)
+                })
+                .await?;
+                out(&report.to_string());
+            }
+            Command::Compare {
+                old,
+                show,
+                metrics_file,
+                fail_on_diff,
+            } => {
+                let counts = likes::ops::compare::read_counts(&old)?;
+                let report = likes::ops::retrying("compare", settings.ops.wait_timeout, || async {
+                    let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
+                    likes::ops::compare::run(&p, counts.clone(), show).await
+                })
+                .await?;
+                out(&report.to_string());
+                if let Some(path) = metrics_file {
+                    likes::ops::drift::write_metrics_file(&path, &report.gauges())?;
+                }
+                if fail_on_diff && !report.differ.is_empty() {
+                    anyhow::bail!("{} items differ from the old counter", report.differ.len());
+                }
             }
             Command::Config => {
                 out(&format!(

@@ -20,7 +20,7 @@ pub struct TableSpec {
 pub const TABLES: &[TableSpec] = &[
     TableSpec {
         name: "edges",
-        // state: 1 = LIKED, 0 = UNLIKED. op_id: +1 per real flip, in the same LWT.
+        // state: 2 = LIKED, 1 = UNLIKED (EdgeState). op_id: +1 per real flip, in the same LWT.
         columns: &[
             ("item_id", "text"),
             ("bucket", "int"),

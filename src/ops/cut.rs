@@ -545,9 +545,14 @@ impl Pipeline {
         })
     }
 
-    /// Every item at the cut: rows first, then the log (so every delta the rows applied is
-    /// on it), then the edges.
-    pub async fn items_at(&self, items: &[String], k: i64) -> Result<Vec<ItemAtCut>> {
+    /// The counter rows of `items` and the deltas at or after `k` each has applied: with
+    /// the two, an item's count at K (`ItemAtCut::count_at_cut`).
+    #[allow(clippy::type_complexity)]
+    pub async fn rows_at(
+        &self,
+        items: &[String],
+        k: i64,
+    ) -> Result<(HashMap<String, Option<CounterRow>>, HashMap<String, i64>)> {
         use futures::stream::{self, StreamExt, TryStreamExt};
         let n = self.settings.ops.recount_concurrency;
         // Owned items in the futures: a future borrowing the slice is not Send for every
@@ -562,6 +567,27 @@ impl Pipeline {
             .await?;
         // One read of the deltas log for every item.
         let applied = self.applied_since(&rows, k)?;
+        Ok((rows, applied))
+    }
+
+    /// Each item's count at `k`: its row's count less what the row applied at or after K.
+    pub async fn counts_at(&self, items: &[String], k: i64) -> Result<HashMap<String, i64>> {
+        let (rows, applied) = self.rows_at(items, k).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(item, row)| {
+                let since = applied.get(&item).copied().unwrap_or(0);
+                (item, row.map_or(0, |r| r.count) - since)
+            })
+            .collect())
+    }
+
+    /// Every item at the cut: rows first, then the log (so every delta the rows applied is
+    /// on it), then the edges.
+    pub async fn items_at(&self, items: &[String], k: i64) -> Result<Vec<ItemAtCut>> {
+        use futures::stream::{self, StreamExt};
+        let n = self.settings.ops.recount_concurrency;
+        let (rows, applied) = self.rows_at(items, k).await?;
         let mut progress =
             super::progress::Progress::new("items recounted", Some(items.len() as u64));
         let mut recounts = stream::iter(items.to_vec())

@@ -1,7 +1,8 @@
 //! The operations jobs an on-call engineer runs: `erase`, `drift`, `reconcile`, `rebuild`,
-//! `replay`, `region`.
+//! `replay`, `region`, `compare`.
 //! Each is safe to run twice and to kill halfway, and says what it is doing.
 
+pub mod compare;
 pub mod cut;
 pub mod dead_letters;
 pub mod drift;

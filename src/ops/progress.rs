@@ -29,6 +29,11 @@ impl Progress {
         }
     }
 
+    /// A new estimate of the total (a file read by bytes knows its rows only roughly).
+    pub fn set_total(&mut self, total: Option<u64>) {
+        self.total = total;
+    }
+
     pub fn add(&mut self, n: u64) {
         self.done += n;
         let every = if self.tty { TTY_EVERY } else { LOG_EVERY };

@@ -9,6 +9,7 @@ pub mod edge_history;
 pub mod edges;
 pub mod erasures;
 pub mod events;
+pub mod imported;
 pub mod outbox;
 pub mod ranges;
 pub mod recorded;

@@ -16,6 +16,7 @@ mod cli_setup;
 mod cql_lwt;
 mod deploy_metrics;
 mod exactness_holes;
+mod import;
 mod kafka_roundtrip;
 mod ops_jobs;
 mod schema_rollout;

@@ -29,7 +29,7 @@ use reqwest::StatusCode;
 static FAILPOINTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Short in-flight bounds, so a cut is passed within seconds.
-fn quick(s: &mut Settings) {
+pub(crate) fn quick(s: &mut Settings) {
     s.api.write_deadline = Duration::from_secs(2);
     s.cql.request_timeout = Duration::from_secs(5);
     s.api.relay_min_age = Duration::from_secs(8);
@@ -37,7 +37,10 @@ fn quick(s: &mut Settings) {
 }
 
 /// The same settings for the `likes` binary.
-fn env(settings: &Settings, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+pub(crate) fn env(
+    settings: &Settings,
+    extra: &[(&'static str, &str)],
+) -> Vec<(&'static str, String)> {
     let mut e = crate::common::env_for(settings);
     e.extend([
         ("LIKES__API__WRITE_DEADLINE", "2s".to_string()),
@@ -80,7 +83,7 @@ fn churn(
 }
 
 /// `likes relay`'s loop in this process until the guard drops.
-async fn relay(settings: &Settings, topology: &Topology) -> tokio_util::sync::DropGuard {
+pub(crate) async fn relay(settings: &Settings, topology: &Topology) -> tokio_util::sync::DropGuard {
     let relay = likes::relay::Relay::connect(settings, topology)
         .await
         .unwrap();
@@ -94,7 +97,7 @@ async fn relay(settings: &Settings, topology: &Topology) -> tokio_util::sync::Dr
     stop.drop_guard()
 }
 
-async fn truth(app: &likes::api::App) -> BTreeMap<String, i64> {
+pub(crate) async fn truth(app: &likes::api::App) -> BTreeMap<String, i64> {
     fx::nonzero(&app.store.edges.liked_per_item().await.unwrap())
 }
 

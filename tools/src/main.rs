@@ -80,6 +80,8 @@ enum BenchCommand {
     Overload(bench::overload::OverloadArgs),
     /// Stage 1's restore of a changelog of --records (10M) vs a bare read of it.
     Restore(bench::restore::RestoreArgs),
+    /// `likes import` of a --rows (10M) file vs bare unconditional inserts; peak memory.
+    Import(bench::import::ImportArgs),
 }
 
 fn main() -> ExitCode {
@@ -143,6 +145,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 what: BenchCommand::Restore(args),
             } => {
                 out(&bench::restore::run(&settings, &topology, &args)
+                    .await?
+                    .to_string());
+            }
+            Command::Bench {
+                what: BenchCommand::Import(args),
+            } => {
+                out(&bench::import::run(&settings, &topology, &args)
                     .await?
                     .to_string());
             }

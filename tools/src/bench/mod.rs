@@ -7,12 +7,14 @@
 //!   writes through a broker outage ([`outage`]) and a Cassandra slowed by pauses
 //!   ([`slowdown`]).
 //! - [`restore`]: stage 1's restore of a large changelog against a bare read of it.
+//! - [`import`]: `likes import` of a large file against bare inserts of the same rows.
 //! - [`report`]: all of them plus a sweep of offered load, written to `bench/report.md`
 //!   with [`plots`].
 
 pub mod api;
 pub mod api_costs;
 pub mod gen;
+pub mod import;
 pub mod outage;
 pub mod overload;
 pub mod peer;

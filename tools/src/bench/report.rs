@@ -5,7 +5,8 @@
 //!    rate measured in the same run, staleness, peak RSS.
 //! 2. The API benchmark (`bench api`), its rounds: the API's capacity within the SLO against a
 //!    bare LWT loop's, and both (with the write path in process) at half the API's capacity.
-//! 3. A sweep of offered load through the whole system: `likes api`, `likes dedupe` and
+//! 3. `likes import` of a 10M-row file against bare inserts of the same rows (`bench import`).
+//! 4. A sweep of offered load through the whole system: `likes api`, `likes dedupe` and
 //!    `likes count` as processes, `likes-tools loadgen`'s mix over HTTP at 25–125% of `--peak`,
 //!    each level repeated and interleaved: achieved rate, latency, staleness at the sink.
 //!
@@ -172,11 +173,26 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
         },
     )
     .await?;
+    eprintln!("bench report: likes import of a 10M-row file against bare inserts");
+    let import = super::import::run(
+        settings,
+        topology,
+        &super::import::ImportArgs {
+            rows: 10_000_000,
+            per_item: 500,
+            seconds: 30,
+            rounds: args.repeats,
+            concurrency: 96,
+        },
+    )
+    .await?;
     eprintln!("bench report: 3/3 sweep of offered load through the whole system");
     let sweep = sweep(settings, topology, args).await?;
 
     let machine = machine(settings).await;
-    let md = render(&machine, args, &topo, &short, &api, &overload, &sweep);
+    let md = render(
+        &machine, args, &topo, &short, &api, &overload, &import, &sweep,
+    );
     super::plots::plots(&args.out, &sweep)?;
     super::plots::overload_plot(&args.out.join("overload.png"), &overload)?;
     let path = args.out.join("report.md");
@@ -359,6 +375,7 @@ type TopologyRow = (&'static str, fn(&BenchReport) -> f64, usize);
 /// A topology ratio: its name, how to read it from a run, its goal.
 type TopologyGoal = (&'static str, fn(&BenchReport) -> f64, Goal);
 
+#[allow(clippy::too_many_arguments)] // one report of every benchmark
 fn render(
     mc: &Machine,
     args: &ReportArgs,
@@ -366,6 +383,7 @@ fn render(
     short: &BenchReport,
     api: &ApiBenchReport,
     overload: &OverloadReport,
+    import: &super::import::ImportBenchReport,
     sweep: &[Vec<LevelRun>],
 ) -> String {
     let mut s = String::new();
@@ -578,6 +596,16 @@ fn render(
     let _ = writeln!(
         s,
         "![overload: goodput and accepted p99 against offered load](overload.png)\n"
+    );
+
+    let _ = writeln!(
+        s,
+        "## Import: `likes import` against bare inserts, {} rounds\n\n`likes-tools bench import`: \
+         a generated CSV sorted by item (500 likes per item), imported by the `likes` binary for 30 s \
+         per round into a fresh keyspace (conditional writes, the users' index, the erased-account \
+         check), against unconditional single-row inserts of the same rows into `edges` at the \
+         same concurrency (96) in the same round (docs/adoption.md).\n\n```\n{import}\n```\n",
+        import.import_per_s.len()
     );
 
     let _ = writeln!(

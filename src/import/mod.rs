@@ -1,0 +1,381 @@
+//! `likes import`: the likes a team already has, loaded from a file into `edges` and
+//! `edges_by_user` in the shape the write path leaves them (docs/adoption.md).
+//!
+//! A reader thread parses and shapes rows into chunks; chunks are written concurrently, a
+//! bounded number at a time, and settled in file order, so "every row before N is settled"
+//! is one number: the checkpoint. Killed, the import resumes there; rows after it are
+//! written again, and every write is conditional, so nothing is written twice. Counts are not
+//! written here: `likes reconcile --items-from <state dir>/items.txt` corrects them at a cut,
+//! through the pipeline, once the import is done (docs/adoption.md, "Counts").
+
+pub mod checkpoint;
+pub mod parquet_file;
+pub mod row;
+pub mod source;
+pub mod write;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::sync::Semaphore;
+use tracing::info;
+
+use self::checkpoint::{Checkpoint, FileId, StateDir, Tally};
+use self::source::{Format, Mapping, Source};
+use self::write::{ChunkWriter, Outcome, Shaped};
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::runtime::clock::now_ms;
+use crate::topology::Topology;
+
+/// Rows per chunk: the unit written together and settled together.
+pub const CHUNK: usize = 512;
+
+/// How often the checkpoint is saved.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone)]
+pub struct Args {
+    pub file: PathBuf,
+    pub format: Option<Format>,
+    pub mapping: Mapping,
+    /// The checkpoint, reject file and items list (default: `<file>.import/`).
+    pub state_dir: Option<PathBuf>,
+    /// Rows in flight (rounded up to whole chunks).
+    pub window: usize,
+    /// CQL statements in flight.
+    pub concurrency: usize,
+    /// Read and check every row; write nothing to the database.
+    pub dry_run: bool,
+}
+
+impl Args {
+    pub fn state_dir(&self) -> PathBuf {
+        self.state_dir.clone().unwrap_or_else(|| {
+            let mut s = self.file.clone().into_os_string();
+            s.push(".import");
+            PathBuf::from(s)
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ImportReport {
+    pub tally: Tally,
+    pub state_dir: PathBuf,
+    /// Rows settled by earlier runs of this import (a resume starts after them).
+    pub resumed_at: u64,
+    /// The import had finished before this run: nothing was read.
+    pub was_finished: bool,
+    pub elapsed: Duration,
+    pub dry_run: bool,
+}
+
+impl std::fmt::Display for ImportReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = &self.tally;
+        if self.was_finished {
+            writeln!(
+                f,
+                "this import finished before: nothing to do (its summary below; delete {} to import the file again, which would change nothing)",
+                self.state_dir.display()
+            )?;
+        } else if self.resumed_at > 0 {
+            writeln!(f, "resumed after row {}", self.resumed_at)?;
+        }
+        let secs = self.elapsed.as_secs_f64().max(1e-3);
+        let this_run = t.rows().saturating_sub(self.resumed_at);
+        writeln!(
+            f,
+            "rows: {} ({} this run in {:.1} s, {:.0}/s){}",
+            t.rows(),
+            this_run,
+            secs,
+            this_run as f64 / secs,
+            if self.dry_run {
+                " (dry run: nothing written)"
+            } else {
+                ""
+            }
+        )?;
+        writeln!(f, "  loaded    {:>10}  new edges", t.loaded)?;
+        writeln!(
+            f,
+            "  updated   {:>10}  edges the import wrote, replaced by a later row of the same edge",
+            t.updated
+        )?;
+        for (why, n) in &t.skipped {
+            let what = match why.as_str() {
+                write::ALREADY => "imported before (a re-run or a resumed run)",
+                write::SUPERSEDED => "a later row of the same edge is in",
+                write::LIVE => "the live write path has the edge (left as it is)",
+                _ => "",
+            };
+            writeln!(f, "  skipped   {n:>10}  {why}: {what}")?;
+        }
+        write!(
+            f,
+            "  rejected  {:>10}  each with its reason in {}\nitems written: {} (next: likes reconcile --items-from {})",
+            t.rejected,
+            self.state_dir.join("rejects.jsonl").display(),
+            self.state_dir.join("items.txt").display(),
+            self.state_dir.join("items.txt").display(),
+        )
+    }
+}
+
+pub async fn run(settings: &Settings, topology: &Topology, args: &Args) -> Result<ImportReport> {
+    let started = Instant::now();
+    let format = match args.format {
+        Some(f) => f,
+        None => Format::of_path(&args.file)?,
+    };
+    let state = StateDir::open(&args.state_dir())?;
+    let file = FileId::of(&args.file)?;
+    let fresh = Checkpoint {
+        file: file.clone(),
+        format,
+        mapping: args.mapping.clone(),
+        keyspace: settings.cql.keyspace.clone(),
+        started_ms: now_ms(),
+        rows_done: 0,
+        tally: Tally::default(),
+        rejects_len: 0,
+        items_len: 0,
+        finished: false,
+    };
+    let mut ck = match state.load()? {
+        None => fresh,
+        Some(_) if args.dry_run => fresh,
+        Some(c)
+            if c.file != file
+                || c.format != format
+                || c.mapping != args.mapping
+                || c.keyspace != fresh.keyspace =>
+        {
+            return Err(Error::Config(format!(
+                "{} holds the checkpoint of another import ({}, {} bytes, {:?}, keyspace {}); \
+                 use another --state-dir, or delete that one to start this file over",
+                state.dir.display(),
+                c.file.path,
+                c.file.size,
+                c.mapping,
+                c.keyspace
+            )))
+        }
+        Some(c) => c,
+    };
+    let report = |ck: &Checkpoint, resumed_at, was_finished| ImportReport {
+        tally: ck.tally.clone(),
+        state_dir: state.dir.clone(),
+        resumed_at,
+        was_finished,
+        elapsed: started.elapsed(),
+        dry_run: args.dry_run,
+    };
+    if ck.finished {
+        return Ok(report(&ck, ck.rows_done, true));
+    }
+    let resumed_at = ck.rows_done;
+    let writer = if args.dry_run {
+        None
+    } else {
+        Some(Arc::new(
+            connect(settings, topology, args.concurrency).await?,
+        ))
+    };
+    let shape = row::Shape::new(
+        topology.buckets,
+        topology.dedupe_ttl.as_millis() as i64,
+        ck.started_ms,
+        args.mapping.liked.is_none(),
+    );
+    let mut rejects = state.side_file(&state.rejects_path(), ck.rejects_len)?;
+    let mut items = state.side_file(&state.items_path(), ck.items_len)?;
+    let source = Source::open(&args.file, format, &args.mapping)?;
+    info!(file = %args.file.display(), ?format, resume_after = resumed_at, state = %state.dir.display(), "import: starting");
+    let total = source.rows;
+    let size = source.size_bytes;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<(Vec<Shaped>, Vec<String>, u64)>>(
+        args.window.div_ceil(CHUNK).max(1),
+    );
+    let reader = tokio::task::spawn_blocking(move || read(source, shape, resumed_at, tx));
+    let in_flight = args.window.div_ceil(CHUNK).max(1);
+    let mut chunks = tokio_stream_of(rx)
+        .map(|chunk| {
+            let writer = writer.clone();
+            async move {
+                let (rows, raw, bytes) = chunk?;
+                let outcomes = match &writer {
+                    Some(w) => w.write(&rows).await?,
+                    None => rows
+                        .iter()
+                        .map(|(_, r)| match r {
+                            Ok(_) => Outcome::Loaded,
+                            Err(why) => Outcome::Rejected(why.clone()),
+                        })
+                        .collect(),
+                };
+                Ok::<_, Error>((rows, raw, bytes, outcomes))
+            }
+        })
+        .buffered(in_flight);
+    let mut progress =
+        crate::ops::progress::Progress::new("import: rows", total.map(|t| t - resumed_at.min(t)));
+    let mut saved = Instant::now();
+    let mut last_item = String::new();
+    while let Some(settled) = chunks.next().await {
+        let (rows, raw, bytes, outcomes) = settled?;
+        let mut rej = String::new();
+        let mut its = String::new();
+        for (((seq, r), raw), o) in rows.iter().zip(&raw).zip(&outcomes) {
+            match o {
+                Outcome::Loaded | Outcome::Updated => {
+                    if o == &Outcome::Loaded {
+                        ck.tally.loaded += 1;
+                    } else {
+                        ck.tally.updated += 1;
+                    }
+                    if let Ok(e) = r {
+                        if e.item != last_item {
+                            its.push_str(&e.item);
+                            its.push('\n');
+                            last_item.clone_from(&e.item);
+                        }
+                    }
+                }
+                Outcome::Skipped(why) => *ck.tally.skipped.entry(why.to_string()).or_default() += 1,
+                Outcome::Rejected(why) => {
+                    ck.tally.rejected += 1;
+                    rej.push_str(
+                        &serde_json::json!({"row": seq + 1, "reason": why, "raw": raw}).to_string(),
+                    );
+                    rej.push('\n');
+                }
+            }
+        }
+        let io = |p: PathBuf| Error::io(format!("writing {}", p.display()));
+        rejects
+            .write_all(rej.as_bytes())
+            .map_err(io(state.rejects_path()))?;
+        items
+            .write_all(its.as_bytes())
+            .map_err(io(state.items_path()))?;
+        ck.rejects_len += rej.len() as u64;
+        ck.items_len += its.len() as u64;
+        if let Some(&(seq, _)) = rows.last() {
+            ck.rows_done = seq + 1;
+        }
+        if total.is_none() && bytes > 0 {
+            let estimate = ck.rows_done as f64 * size as f64 / bytes as f64;
+            progress.set_total(Some((estimate as u64).saturating_sub(resumed_at)));
+        }
+        progress.add(rows.len() as u64);
+        if saved.elapsed() >= CHECKPOINT_EVERY && !args.dry_run {
+            save(&state, &ck, &rejects, &items)?;
+            saved = Instant::now();
+        }
+    }
+    reader
+        .await
+        .map_err(|e| Error::State(format!("the import's reader: {e}")))??;
+    progress.finish();
+    ck.finished = true;
+    if !args.dry_run {
+        save(&state, &ck, &rejects, &items)?;
+    }
+    info!(
+        rows = ck.rows_done,
+        loaded = ck.tally.loaded,
+        rejected = ck.tally.rejected,
+        "import: done"
+    );
+    Ok(report(&ck, resumed_at, false))
+}
+
+/// The side files on disk before the checkpoint that counts them.
+fn save(
+    state: &StateDir,
+    ck: &Checkpoint,
+    rejects: &std::fs::File,
+    items: &std::fs::File,
+) -> Result<()> {
+    rejects
+        .sync_data()
+        .and_then(|_| items.sync_data())
+        .map_err(Error::io(format!("syncing {}", state.dir.display())))?;
+    state.save(ck)
+}
+
+async fn connect(
+    settings: &Settings,
+    topology: &Topology,
+    concurrency: usize,
+) -> Result<ChunkWriter> {
+    let session = crate::cql::connect(&settings.cql).await?;
+    let ks = &settings.cql.keyspace;
+    // Buckets as the keyspace records them: an edge in the wrong bucket is a lost edge.
+    crate::store::recorded::check_buckets(&session, ks, topology).await?;
+    Ok(ChunkWriter {
+        imported: crate::store::imported::Imported::prepare(session.clone(), ks).await?,
+        erasures: crate::store::erasures::Erasures::prepare(session.clone(), ks).await?,
+        routes: crate::region::Routes::for_process(&session, settings).await?,
+        permits: Arc::new(Semaphore::new(concurrency.max(1))),
+    })
+}
+
+type Chunk = Result<(Vec<Shaped>, Vec<String>, u64)>;
+
+/// The reader thread: rows after `skip`, shaped, in chunks, each with its raw text and the
+/// bytes read so far.
+fn read(
+    mut source: Source,
+    shape: row::Shape,
+    skip: u64,
+    tx: tokio::sync::mpsc::Sender<Chunk>,
+) -> Result<()> {
+    let mut rows = Vec::with_capacity(CHUNK);
+    let mut raw = Vec::with_capacity(CHUNK);
+    while let Some(r) = source.next_row() {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                let msg = e.to_string();
+                let _ = tx.blocking_send(Err(e));
+                return Err(Error::Config(msg));
+            }
+        };
+        if r.seq < skip {
+            continue;
+        }
+        let edge = match r.values {
+            Ok(v) => shape.edge(&v),
+            Err(why) => Err(why),
+        };
+        rows.push((r.seq, edge));
+        raw.push(r.raw);
+        if rows.len() == CHUNK {
+            let chunk = (
+                std::mem::take(&mut rows),
+                std::mem::take(&mut raw),
+                source.bytes_read(),
+            );
+            if tx.blocking_send(Ok(chunk)).is_err() {
+                return Ok(()); // the writer stopped; its error is the one to report
+            }
+        }
+    }
+    if !rows.is_empty() {
+        let _ = tx.blocking_send(Ok((rows, raw, source.bytes_read())));
+    }
+    Ok(())
+}
+
+fn tokio_stream_of<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
