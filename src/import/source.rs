@@ -51,6 +51,18 @@ pub struct Mapping {
     pub time: String,
 }
 
+impl Default for Mapping {
+    /// The columns `likes import` reads unless told otherwise (docs/adoption.md, "The file").
+    fn default() -> Self {
+        Mapping {
+            item: "item_id".into(),
+            user: "user_id".into(),
+            liked: Some("liked".into()),
+            time: "liked_at".into(),
+        }
+    }
+}
+
 /// One value as the file holds it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Value {
@@ -354,15 +366,6 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn mapping() -> Mapping {
-        Mapping {
-            item: "item_id".into(),
-            user: "user_id".into(),
-            liked: Some("liked".into()),
-            time: "liked_at".into(),
-        }
-    }
-
     fn all(src: &mut Source) -> Vec<RawRow> {
         std::iter::from_fn(|| src.next_row())
             .map(|r| r.unwrap())
@@ -382,7 +385,7 @@ mod tests {
         .unwrap();
         f.write_all(b"8,u\xff,i4,1\n").unwrap();
         drop(f);
-        let mut src = Source::open(&p, Format::Csv, &mapping()).unwrap();
+        let mut src = Source::open(&p, Format::Csv, &Mapping::default()).unwrap();
         let rows = all(&mut src);
         assert_eq!(rows.len(), 4);
         assert_eq!(
@@ -401,8 +404,10 @@ mod tests {
         );
         assert!(rows[3].values.is_err());
         assert_eq!(rows[3].seq, 3);
-        let mut m = mapping();
-        m.item = "item".into();
+        let m = Mapping {
+            item: "item".into(),
+            ..Mapping::default()
+        };
         let e = Source::open(&p, Format::Csv, &m).err().unwrap().to_string();
         assert!(
             e.contains("no column \"item\"") && e.contains("item_id"),
@@ -420,7 +425,7 @@ mod tests {
             "{\"item_id\":\"i1\",\"user_id\":\"u1\",\"liked\":true,\"liked_at\":5}\n\n[1]\n{\"item_id\":7}\n",
         )
         .unwrap();
-        let mut src = Source::open(&p, Format::Jsonl, &mapping()).unwrap();
+        let mut src = Source::open(&p, Format::Jsonl, &Mapping::default()).unwrap();
         let rows = all(&mut src);
         assert_eq!(rows.len(), 3);
         assert_eq!(rows[0].values.as_ref().unwrap()[2], Value::Bool(true));
@@ -442,7 +447,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let mut src = Source::open(&p, Format::Parquet, &mapping()).unwrap();
+        let mut src = Source::open(&p, Format::Parquet, &Mapping::default()).unwrap();
         assert_eq!(src.rows, Some(2));
         let rows = all(&mut src);
         assert_eq!(

@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::api::{self, ADMIN};
@@ -128,6 +127,23 @@ fn counts_of(edges: &BTreeMap<(String, String), bool>) -> BTreeMap<String, i64> 
     out
 }
 
+/// `likes import FILE --state-dir STATE`, to its end: (success, stdout, stderr).
+fn import(
+    file: &std::path::Path,
+    state: &std::path::Path,
+    e: &[(&'static str, String)],
+) -> (bool, String, String) {
+    crate::common::likes(
+        &[
+            "import",
+            file.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+        e,
+    )
+}
+
 fn checkpoint(dir: &std::path::Path) -> Option<serde_json::Value> {
     let b = std::fs::read(dir.join("checkpoint.json")).ok()?;
     serde_json::from_slice(&b).ok()
@@ -226,15 +242,7 @@ async fn import_killed_and_resumed_under_live_likes_counts_exactly_and_compares_
     assert!(done_at_kill["rows_done"].as_u64().unwrap() < gen.rows as u64);
 
     // Resumed: it starts after the checkpoint and finishes the file.
-    let (ok, out, err) = crate::common::likes(
-        &[
-            "import",
-            path.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-        &e,
-    );
+    let (ok, out, err) = import(&path, &state, &e);
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("resumed after row"), "{out}");
     let intent = live.await.unwrap();
@@ -413,15 +421,7 @@ async fn import_killed_and_resumed_under_live_likes_counts_exactly_and_compares_
     // A re-run imports nothing: from scratch (another state directory), every row is found
     // in, or refused again; with the same directory, the import says it is done.
     let again = dir.join("again");
-    let (ok, out, err) = crate::common::likes(
-        &[
-            "import",
-            path.to_str().unwrap(),
-            "--state-dir",
-            again.to_str().unwrap(),
-        ],
-        &e,
-    );
+    let (ok, out, err) = import(&path, &again, &e);
     assert!(ok, "{out}\n{err}");
     let ck = checkpoint(&again).unwrap();
     assert_eq!(
@@ -432,15 +432,7 @@ async fn import_killed_and_resumed_under_live_likes_counts_exactly_and_compares_
         (Some(0), Some(0)),
         "{out}"
     );
-    let (ok, out, err) = crate::common::likes(
-        &[
-            "import",
-            path.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-        &e,
-    );
+    let (ok, out, err) = import(&path, &state, &e);
     assert!(ok && out.contains("finished before"), "{out}\n{err}");
     let have = fx::counts(&settings).await;
     assert_eq!(

@@ -125,15 +125,6 @@ fn generate(path: &Path, rows: u64, per_item: u64) -> Result<()> {
     Ok(())
 }
 
-fn mapping() -> Mapping {
-    Mapping {
-        item: "item_id".into(),
-        user: "user_id".into(),
-        liked: Some("liked".into()),
-        time: "liked_at".into(),
-    }
-}
-
 pub async fn run(
     base: &Settings,
     topology: &Topology,
@@ -210,20 +201,30 @@ async fn measure(
     Ok(report)
 }
 
-/// `likes import --dry-run` through a file: (seconds, peak RSS MB).
-fn dry_run(file: &Path, state: &Path, env: &[(&'static str, String)]) -> Result<(f64, f64)> {
-    let started = Instant::now();
-    let mut child = std::process::Command::new(crate::procs::likes_bin()?)
+/// `likes import FILE --state-dir STATE` and `extra`, its output dropped.
+fn spawn_import(
+    file: &Path,
+    state: &Path,
+    env: &[(&'static str, String)],
+    extra: &[&str],
+) -> Result<std::process::Child> {
+    std::process::Command::new(crate::procs::likes_bin()?)
         .arg("import")
         .arg(file)
         .arg("--state-dir")
         .arg(state)
-        .arg("--dry-run")
+        .args(extra)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .context("starting likes import --dry-run")?;
+        .context("starting likes import")
+}
+
+/// `likes import --dry-run` through a file: (seconds, peak RSS MB).
+fn dry_run(file: &Path, state: &Path, env: &[(&'static str, String)]) -> Result<(f64, f64)> {
+    let started = Instant::now();
+    let mut child = spawn_import(file, state, env, &["--dry-run"])?;
     let mut rss = 0.0f64;
     loop {
         rss = rss.max(peak_rss_mb(child.id()));
@@ -249,18 +250,8 @@ fn import_rate(
     args: &ImportArgs,
 ) -> Result<(f64, f64)> {
     let started = Instant::now();
-    let mut child = std::process::Command::new(crate::procs::likes_bin()?)
-        .arg("import")
-        .arg(file)
-        .arg("--state-dir")
-        .arg(state)
-        .arg("--concurrency")
-        .arg(args.concurrency.to_string())
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .context("starting likes import")?;
+    let concurrency = args.concurrency.to_string();
+    let mut child = spawn_import(file, state, env, &["--concurrency", &concurrency])?;
     let mut rss = 0.0f64;
     let deadline = started + Duration::from_secs(args.seconds);
     // (rows settled, when) at each new checkpoint, timed from the start.
@@ -307,7 +298,7 @@ async fn bare_rate(
         likes::runtime::clock::now_ms(),
         false,
     );
-    let mut source = Source::open(file, Format::Csv, &mapping())?;
+    let mut source = Source::open(file, Format::Csv, &Mapping::default())?;
     let rows = std::iter::from_fn(move || source.next_row())
         .filter_map(|r| r.ok()?.values.ok())
         .filter_map(move |v| shape.edge(&v).ok());
