@@ -146,9 +146,9 @@ test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; star
 	    | tee $(LIKES_CACHE)/test-summary; \
 	  exit $$status
 
-test-regions: up-regions ## The tests against the two-datacenter Cassandra (tests/regions.rs, regions_count.rs, regions_down.rs)
+test-regions: up-regions ## The tests against the two-datacenter Cassandra (tests/regions.rs, regions_count.rs, regions_down.rs, regions_import.rs)
 	@stack/prereqs.sh build
-	$(CARGO) test --features likes/failpoints --test regions --test regions_count --test regions_down -- --include-ignored
+	$(CARGO) test --features likes/failpoints --test regions --test regions_count --test regions_down --test regions_import -- --include-ignored
 
 # `make chaos-regions RUNS=10 SEED=1`: the two-region fault run (tests/regions_count.rs) for seeds SEED..SEED+RUNS-1.
 chaos-regions: up-regions ## Moves under kill -9 of either region's stages and Cassandra nodes, one run per seed (RUNS, SEED)
