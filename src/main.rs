@@ -138,7 +138,8 @@ enum Command {
         action: RegionAction,
     },
     /// Load the likes a team already has from a file (CSV with a header, JSON Lines,
-    /// Parquet) into the edges, as the write path would have left them (docs/adoption.md).
+    /// Parquet), or a directory of part files, into the edges, as the write path would have
+    /// left them (docs/adoption.md).
     ///
     /// Every write is conditional: an edge the live write path has touched is left as it is,
     /// and a re-run or a resumed run changes nothing. Killed, it resumes at its checkpoint
@@ -150,11 +151,14 @@ enum Command {
     ///   likes import export.parquet --item-column post_id --user-column member_id \
     ///       --time-column created_at --all-liked
     ///   likes import likes.jsonl --dry-run            # check the file and the mapping
+    ///   likes import export/                          # every part file, in name order
     #[command(verbatim_doc_comment)]
     Import {
-        /// The file of edges, one row per (item, user).
-        file: std::path::PathBuf,
-        /// csv, jsonl or parquet (default: from the file name's extension).
+        /// Files of edges, one row per (item, user), or directories of part files (names
+        /// starting with _ or . are skipped: _SUCCESS, .crc files).
+        #[arg(required = true)]
+        paths: Vec<std::path::PathBuf>,
+        /// csv, jsonl or parquet (default: from each file name's extension).
         #[arg(long)]
         format: Option<String>,
         #[arg(long, default_value = "item_id")]
@@ -170,7 +174,8 @@ enum Command {
         /// When the edge took its state: Unix ms or RFC 3339 (Parquet: a timestamp).
         #[arg(long, default_value = "liked_at")]
         time_column: String,
-        /// Checkpoint, rejects.jsonl and items.txt (default: FILE.import/ beside the file).
+        /// Checkpoint, rejects.jsonl and items.txt (default: PATH.import/ beside the one path;
+        /// required for several).
         #[arg(long)]
         state_dir: Option<std::path::PathBuf>,
         /// Rows in flight at once (memory stays flat in the file's size).
@@ -474,7 +479,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 out(&report.to_string());
             }
             Command::Import {
-                file,
+                paths,
                 format,
                 item_column,
                 user_column,
@@ -487,7 +492,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 dry_run,
             } => {
                 let args = likes::import::Args {
-                    file,
+                    paths,
                     format: format
                         .as_deref()
                         .map(likes::import::source::Format::parse)

@@ -36,7 +36,7 @@ fn write_file(path: &Path, items: &[String], users: &[String], now: i64) -> Vec<
 
 fn args(file: &Path, state: &Path) -> Args {
     Args {
-        file: file.to_path_buf(),
+        paths: vec![file.to_path_buf()],
         format: None,
         mapping: Default::default(),
         state_dir: Some(state.to_path_buf()),

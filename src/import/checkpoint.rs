@@ -63,6 +63,16 @@ impl Tally {
     pub fn rows(&self) -> u64 {
         self.loaded + self.updated + self.rejected + self.skipped.values().sum::<u64>()
     }
+
+    /// Another part's tally, added to this one (an export in parts).
+    pub fn add(&mut self, o: &Tally) {
+        self.loaded += o.loaded;
+        self.updated += o.updated;
+        self.rejected += o.rejected;
+        for (why, n) in &o.skipped {
+            *self.skipped.entry(why.clone()).or_default() += n;
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

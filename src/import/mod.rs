@@ -6,10 +6,12 @@
 //! is one number: the checkpoint. Killed, the import resumes there; rows after it are
 //! written again, and every write is conditional, so nothing is written twice. Counts are not
 //! written here: `likes reconcile --items-from <state dir>/items.txt` corrects them at a cut,
-//! through the pipeline, once the import is done (docs/adoption.md, "Counts").
+//! through the pipeline, once the import is done (docs/adoption.md, "Counts"). A directory of
+//! part files is imported part by part (`parts`), each as a file of its own.
 
 pub mod checkpoint;
 pub mod parquet_file;
+pub mod parts;
 pub mod row;
 pub mod source;
 pub mod write;
@@ -39,10 +41,11 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone)]
 pub struct Args {
-    pub file: PathBuf,
+    /// Files, or directories of part files (`parts`).
+    pub paths: Vec<PathBuf>,
     pub format: Option<Format>,
     pub mapping: Mapping,
-    /// The checkpoint, reject file and items list (default: `<file>.import/`).
+    /// The checkpoint, reject file and items list (default: `<path>.import/` for one path).
     pub state_dir: Option<PathBuf>,
     /// Rows in flight (rounded up to whole chunks).
     pub window: usize,
@@ -53,12 +56,21 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn state_dir(&self) -> PathBuf {
-        self.state_dir.clone().unwrap_or_else(|| {
-            let mut s = self.file.clone().into_os_string();
-            s.push(".import");
-            PathBuf::from(s)
-        })
+    pub fn state_dir(&self) -> Result<PathBuf> {
+        if let Some(d) = &self.state_dir {
+            return Ok(d.clone());
+        }
+        match self.paths.as_slice() {
+            [one] => {
+                let one = one.components().as_path(); // without a trailing slash
+                let mut s = one.as_os_str().to_owned();
+                s.push(".import");
+                Ok(PathBuf::from(s))
+            }
+            _ => Err(Error::Config(
+                "several paths to import: say where their checkpoint goes (--state-dir)".into(),
+            )),
+        }
     }
 }
 
@@ -72,6 +84,8 @@ pub struct ImportReport {
     pub was_finished: bool,
     pub elapsed: Duration,
     pub dry_run: bool,
+    /// An export in parts: (parts, parts finished before this run).
+    pub parts: Option<(usize, usize)>,
 }
 
 impl std::fmt::Display for ImportReport {
@@ -85,6 +99,13 @@ impl std::fmt::Display for ImportReport {
             )?;
         } else if self.resumed_at > 0 {
             writeln!(f, "resumed after row {}", self.resumed_at)?;
+        }
+        if let Some((n, before)) = self.parts {
+            writeln!(
+                f,
+                "parts: {n} files ({before} finished before this run; each part's checkpoint under {})",
+                self.state_dir.join("parts").display()
+            )?;
         }
         let secs = self.elapsed.as_secs_f64().max(1e-3);
         let this_run = t.rows().saturating_sub(self.resumed_at);
@@ -129,12 +150,89 @@ impl std::fmt::Display for ImportReport {
 
 pub async fn run(settings: &Settings, topology: &Topology, args: &Args) -> Result<ImportReport> {
     let started = Instant::now();
-    let format = match args.format {
-        Some(f) => f,
-        None => Format::of_path(&args.file)?,
+    let state = StateDir::open(&args.state_dir()?)?;
+    let files = parts::expand(&args.paths, &state.dir)?;
+    let formats = parts::formats(&files, args.format)?;
+    let writer = Writer {
+        settings,
+        topology,
+        concurrency: args.concurrency,
+        dry_run: args.dry_run,
+        cell: tokio::sync::OnceCell::new(),
     };
-    let state = StateDir::open(&args.state_dir())?;
-    let file = FileId::of(&args.file)?;
+    if let [one] = args.paths.as_slice() {
+        if !one.is_dir() {
+            return run_file(&writer, args, &files[0], formats[0], &state, started).await;
+        }
+    }
+    if !args.dry_run {
+        parts::fix_manifest(&state, &files)?;
+    }
+    let mut all = ImportReport {
+        tally: Tally::default(),
+        state_dir: state.dir.clone(),
+        resumed_at: 0,
+        was_finished: true,
+        elapsed: Duration::ZERO,
+        dry_run: args.dry_run,
+        parts: Some((files.len(), 0)),
+    };
+    let mut dirs = Vec::with_capacity(files.len());
+    for (i, (file, format)) in files.iter().zip(&formats).enumerate() {
+        let dir = StateDir::open(&parts::part_dir(&state, i, file))?;
+        info!(part = i + 1, of = files.len(), file = %file.display(), "import: part");
+        let r = run_file(&writer, args, file, *format, &dir, Instant::now()).await?;
+        all.tally.add(&r.tally);
+        all.resumed_at += r.resumed_at;
+        all.was_finished &= r.was_finished;
+        if r.was_finished {
+            all.parts = all.parts.map(|(n, before)| (n, before + 1));
+        }
+        dirs.push(dir.dir);
+    }
+    parts::join_side_files(&state, &dirs)?;
+    all.elapsed = started.elapsed();
+    Ok(all)
+}
+
+/// The writer, connected on first use: a run whose parts are all done, or a dry run, never
+/// needs the database.
+struct Writer<'a> {
+    settings: &'a Settings,
+    topology: &'a Topology,
+    concurrency: usize,
+    dry_run: bool,
+    cell: tokio::sync::OnceCell<Arc<ChunkWriter>>,
+}
+
+impl Writer<'_> {
+    async fn get(&self) -> Result<Option<Arc<ChunkWriter>>> {
+        if self.dry_run {
+            return Ok(None);
+        }
+        let w = self
+            .cell
+            .get_or_try_init(|| async {
+                connect(self.settings, self.topology, self.concurrency)
+                    .await
+                    .map(Arc::new)
+            })
+            .await?;
+        Ok(Some(w.clone()))
+    }
+}
+
+/// One file into the store, resuming at the checkpoint in `state`.
+async fn run_file(
+    writer: &Writer<'_>,
+    args: &Args,
+    path: &std::path::Path,
+    format: Format,
+    state: &StateDir,
+    started: Instant,
+) -> Result<ImportReport> {
+    let (settings, topology) = (writer.settings, writer.topology);
+    let file = FileId::of(path)?;
     let fresh = Checkpoint {
         file: file.clone(),
         format,
@@ -149,7 +247,14 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &Args) -> Resul
     };
     let mut ck = match state.load()? {
         None => fresh,
-        Some(_) if args.dry_run => fresh,
+        // Its side files would be cut to nothing under the real import's checkpoint.
+        Some(_) if args.dry_run => {
+            return Err(Error::Config(format!(
+                "{} holds a real import's checkpoint: a dry run there would overwrite its \
+                 rejects; give the dry run another --state-dir",
+                state.dir.display()
+            )))
+        }
         Some(c)
             if c.file != file
                 || c.format != format
@@ -175,18 +280,13 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &Args) -> Resul
         was_finished,
         elapsed: started.elapsed(),
         dry_run: args.dry_run,
+        parts: None,
     };
     if ck.finished {
         return Ok(report(&ck, ck.rows_done, true));
     }
     let resumed_at = ck.rows_done;
-    let writer = if args.dry_run {
-        None
-    } else {
-        Some(Arc::new(
-            connect(settings, topology, args.concurrency).await?,
-        ))
-    };
+    let writer = writer.get().await?;
     let shape = row::Shape::new(
         topology.buckets,
         topology.dedupe_ttl.as_millis() as i64,
@@ -195,8 +295,8 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &Args) -> Resul
     );
     let mut rejects = state.side_file(&state.rejects_path(), ck.rejects_len)?;
     let mut items = state.side_file(&state.items_path(), ck.items_len)?;
-    let source = Source::open(&args.file, format, &args.mapping)?;
-    info!(file = %args.file.display(), ?format, resume_after = resumed_at, state = %state.dir.display(), "import: starting");
+    let source = Source::open(path, format, &args.mapping)?;
+    info!(file = %path.display(), ?format, resume_after = resumed_at, state = %state.dir.display(), "import: starting");
     let total = source.rows;
     let size = source.size_bytes;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<(Vec<Shaped>, Vec<String>, u64)>>(
@@ -251,7 +351,8 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &Args) -> Resul
                 Outcome::Rejected(why) => {
                     ck.tally.rejected += 1;
                     rej.push_str(
-                        &serde_json::json!({"row": seq + 1, "reason": why, "raw": raw}).to_string(),
+                        &serde_json::json!({"file": file.path, "row": seq + 1, "reason": why, "raw": raw})
+                            .to_string(),
                     );
                     rej.push('\n');
                 }
