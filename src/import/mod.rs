@@ -189,6 +189,10 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &Args) -> Resul
             all.parts = all.parts.map(|(n, before)| (n, before + 1));
         }
         dirs.push(dir.dir);
+        // A kill between parts, at a moment a signal cannot pick (tests/stack/import.rs).
+        fail::fail_point!("import-after-part", |_| Err(Error::Injected(
+            "import-after-part"
+        )));
     }
     parts::join_side_files(&state, &dirs)?;
     all.elapsed = started.elapsed();

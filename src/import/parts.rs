@@ -114,15 +114,16 @@ pub fn fix_manifest(state: &StateDir, files: &[PathBuf]) -> Result<()> {
     match std::fs::read(&path) {
         Ok(b) => {
             let before: Manifest = serde_json::from_slice(&b).map_err(|e| {
-                Error::State(format!("{}: {e}; not an import's list of parts", path.display()))
+                Error::State(format!(
+                    "{}: {e}; not an import's list of parts",
+                    path.display()
+                ))
             })?;
             if before == now {
                 return Ok(());
             }
-            let (was, is): (BTreeSet<_>, BTreeSet<_>) = (
-                before.files.iter().collect(),
-                now.files.iter().collect(),
-            );
+            let (was, is): (BTreeSet<_>, BTreeSet<_>) =
+                (before.files.iter().collect(), now.files.iter().collect());
             let added: Vec<_> = is.difference(&was).take(3).collect();
             let gone: Vec<_> = was.difference(&is).take(3).collect();
             Err(Error::Config(format!(
@@ -133,8 +134,7 @@ pub fn fix_manifest(state: &StateDir, files: &[PathBuf]) -> Result<()> {
             )))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let body =
-                serde_json::to_vec_pretty(&now).map_err(|e| Error::State(e.to_string()))?;
+            let body = serde_json::to_vec_pretty(&now).map_err(|e| Error::State(e.to_string()))?;
             write_whole(&path, |w| w.write_all(&body))
         }
         Err(e) => Err(Error::io(format!("reading {}", path.display()))(e)),
@@ -243,7 +243,9 @@ mod tests {
         let state = StateDir::open(&d.join("state")).unwrap();
         fix_manifest(&state, &[a.clone()]).unwrap();
         fix_manifest(&state, &[a.clone()]).unwrap();
-        let err = fix_manifest(&state, &[a.clone(), b.clone()]).unwrap_err().to_string();
+        let err = fix_manifest(&state, &[a.clone(), b.clone()])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("b.csv") && err.contains("added"), "{err}");
     }
 

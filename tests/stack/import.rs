@@ -442,3 +442,147 @@ async fn import_killed_and_resumed_under_live_likes_counts_exactly_and_compares_
     );
     run.check().await;
 }
+
+/// An export in parts, as warehouses and Spark write them: three CSV parts (one edge's rows
+/// spread over several), with the bookkeeping files export tools leave beside them.
+fn write_parts(dir: &std::path::Path, gen: &File, seed: u64) -> usize {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (header, body) = gen.csv.split_once('\n').unwrap();
+    // The erased user's rows are the other test's; here every good row counts.
+    let mut lines: Vec<&str> = body.lines().filter(|l| !l.contains(",gone,")).collect();
+    rand::seq::SliceRandom::shuffle(lines.as_mut_slice(), &mut rng);
+    std::fs::create_dir_all(dir.join("_temporary")).unwrap();
+    let third = lines.len().div_ceil(3);
+    for (i, part) in lines.chunks(third).enumerate() {
+        let text = format!("{header}\n{}\n", part.join("\n"));
+        std::fs::write(dir.join(format!("part-{i:05}.csv")), text).unwrap();
+        std::fs::write(dir.join(format!(".part-{i:05}.csv.crc")), "not,a,row").unwrap();
+    }
+    std::fs::write(dir.join("_SUCCESS"), "").unwrap();
+    // A half-written part a crashed export left: importing it would count a ghost's like.
+    std::fs::write(
+        dir.join("_temporary").join("part-00009.csv"),
+        format!("{header}\nimp-0,ghost,true,1700000000000\n"),
+    )
+    .unwrap();
+    lines.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_export_in_parts_imports_part_by_part_and_resumes_after_the_parts_done() {
+    let (settings, topology, app, _client) = api::serve_with("import_parts", quick).await;
+    let mut run = fx::start(&settings, &topology);
+    let now = likes::runtime::clock::now_ms();
+    let gen = generate(31, now);
+    let dir = std::env::temp_dir().join(likes_support::names::unique("import-parts"));
+    let export = dir.join("export");
+    std::fs::create_dir_all(&export).unwrap();
+    let rows = write_parts(&export, &gen, 5);
+    let state = dir.join("state");
+    let e = env(&settings, &[]);
+    let parts = |i: usize| state.join("parts").join(format!("{i:05}-part-{i:05}.csv"));
+
+    // Stopped after the first part, at the fail point between parts.
+    let mut failing = e.clone();
+    failing.push(("FAILPOINTS", "import-after-part=1*return".to_string()));
+    let (ok, out, err) = import(&export, &state, &failing);
+    assert!(!ok && err.contains("import-after-part"), "{out}\n{err}");
+    assert_eq!(checkpoint(&parts(0)).unwrap()["finished"], true);
+    assert!(
+        checkpoint(&parts(1)).is_none(),
+        "the second part had not begun"
+    );
+
+    // The same command goes on with the second part and leaves the first as it is.
+    let (ok, out, err) = import(&export, &state, &e);
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("parts: 3 files (1 finished before this run"),
+        "{out}"
+    );
+    let settled: u64 = (0..3)
+        .map(|i| {
+            checkpoint(&parts(i)).unwrap()["rows_done"]
+                .as_u64()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(settled, rows as u64, "every row of the three parts, once");
+    assert_eq!(
+        std::fs::read_dir(state.join("parts")).unwrap().count(),
+        3,
+        "three parts: not the _temporary one, not the .crc files"
+    );
+
+    // One reject file for the export, each line naming its part.
+    let rejects = std::fs::read_to_string(state.join("rejects.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = rejects
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), gen.bad_rows, "{rejects}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["file"].as_str().unwrap().contains("/export/part-0000")),
+        "{rejects}"
+    );
+
+    // The edges are the file's, whichever part each row of an edge was in; the counts follow
+    // through the pipeline from the joined items list.
+    let want = fx::nonzero(&counts_of(&gen.edges));
+    assert_eq!(
+        truth(&app).await,
+        want,
+        "the edges are the parts' latest rows"
+    );
+    let items = state.join("items.txt");
+    let (ok, out, err) = crate::common::likes(
+        &[
+            "reconcile",
+            "--items-from",
+            items.to_str().unwrap(),
+            "--reason",
+            "import",
+        ],
+        &e,
+    );
+    assert!(ok, "{out}\n{err}");
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(90)).await;
+    assert_eq!(have, want, "the counts equal the LIKED edges");
+
+    // Done: the same command says so. A part added since is refused, not left out; a dry
+    // run will not overwrite a real import's rejects.
+    let (ok, out, err) = import(&export, &state, &e);
+    assert!(
+        ok && out.contains("parts: 3 files (3 finished before"),
+        "{out}\n{err}"
+    );
+    std::fs::copy(export.join("part-00000.csv"), export.join("part-00003.csv")).unwrap();
+    let (ok, out, err) = import(&export, &state, &e);
+    assert!(
+        !ok && err.contains("part-00003.csv") && err.contains("differ"),
+        "{out}\n{err}"
+    );
+    std::fs::remove_file(export.join("part-00003.csv")).unwrap();
+    let (ok, out, err) = crate::common::likes(
+        &[
+            "import",
+            export.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--dry-run",
+        ],
+        &e,
+    );
+    assert!(
+        !ok && err.contains("real import's checkpoint"),
+        "{out}\n{err}"
+    );
+    assert_eq!(
+        fx::nonzero(&fx::counts(&settings).await),
+        want,
+        "the refused runs changed no count"
+    );
+    run.check().await;
+}
