@@ -380,7 +380,7 @@ async fn run_file(
         }
         progress.add(rows.len() as u64);
         if saved.elapsed() >= CHECKPOINT_EVERY && !args.dry_run {
-            save(&state, &ck, &rejects, &items)?;
+            save(state, &ck, &rejects, &items)?;
             saved = Instant::now();
         }
     }
@@ -390,7 +390,7 @@ async fn run_file(
     progress.finish();
     ck.finished = true;
     if !args.dry_run {
-        save(&state, &ck, &rejects, &items)?;
+        save(state, &ck, &rejects, &items)?;
     }
     info!(
         rows = ck.rows_done,

@@ -241,8 +241,8 @@ mod tests {
         std::fs::write(&a, "x").unwrap();
         std::fs::write(&b, "x").unwrap();
         let state = StateDir::open(&d.join("state")).unwrap();
-        fix_manifest(&state, &[a.clone()]).unwrap();
-        fix_manifest(&state, &[a.clone()]).unwrap();
+        fix_manifest(&state, std::slice::from_ref(&a)).unwrap();
+        fix_manifest(&state, std::slice::from_ref(&a)).unwrap();
         let err = fix_manifest(&state, &[a.clone(), b.clone()])
             .unwrap_err()
             .to_string();
