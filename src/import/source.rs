@@ -1,11 +1,14 @@
 //! The files `likes import` reads (docs/adoption.md, "The file"): CSV with a header line, JSON
-//! Lines, Parquet; each read row by row, so memory does not grow with the file. A row comes
+//! Lines (either gzip- or zstd-compressed as well: `.csv.gz`, `.jsonl.zst`, what warehouse
+//! unloads write), Parquet; each read row by row, so memory does not grow with the file. A row comes
 //! out as its four mapped values and its original text (for the reject file); turning the
 //! values into an edge, or a reason why not, is `row`'s.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
@@ -31,7 +34,12 @@ impl Format {
     }
 
     pub fn of_path(path: &Path) -> Result<Format> {
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        // `likes.csv.gz`: the format is the name's before the compression's.
+        let bare = match Compression::of_path(path) {
+            Compression::None => path,
+            _ => Path::new(path.file_stem().unwrap_or_default()),
+        };
+        let ext = bare.extension().and_then(|e| e.to_str()).unwrap_or("");
         Format::parse(ext).map_err(|_| {
             Error::Config(format!(
                 "{}: cannot tell the format from the name; say --format csv|jsonl|parquet",
@@ -40,6 +48,41 @@ impl Format {
         })
     }
 }
+
+/// How a CSV or JSON Lines file is compressed: by its name's last extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Gzip,
+    Zstd,
+}
+
+impl Compression {
+    pub fn of_path(path: &Path) -> Compression {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("gz") => Compression::Gzip,
+            Some(e) if e.eq_ignore_ascii_case("zst") => Compression::Zstd,
+            _ => Compression::None,
+        }
+    }
+}
+
+/// The file's bytes as read from disk, counted: with the file's size, the progress estimate
+/// (a compressed file's text is longer than the file).
+struct Counted {
+    file: File,
+    read: Arc<AtomicU64>,
+}
+
+impl Read for Counted {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+type Text = Box<dyn Read + Send>;
 
 /// Which column holds what (`--item-column` and the others).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -90,6 +133,7 @@ pub type RowError = String;
 
 pub struct Source {
     inner: Inner,
+    read: Arc<AtomicU64>,
     pub size_bytes: u64,
     /// Exact when the file says it (Parquet).
     pub rows: Option<u64>,
@@ -98,14 +142,13 @@ pub struct Source {
 
 enum Inner {
     Csv {
-        reader: csv::Reader<File>,
+        reader: csv::Reader<Text>,
         cols: [Option<usize>; 4],
     },
     Jsonl {
-        reader: BufReader<File>,
+        reader: BufReader<Text>,
         names: [Option<String>; 4],
         line: Vec<u8>,
-        bytes: u64,
     },
     Parquet {
         rows: parquet::record::reader::RowIter<'static>,
@@ -136,12 +179,36 @@ impl Source {
         let file = File::open(path).map_err(Error::io(format!("opening {}", path.display())))?;
         let size_bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
         let names = names_of(mapping);
+        let read = Arc::new(AtomicU64::new(0));
+        let compression = Compression::of_path(path);
+        let text = || -> Result<Text> {
+            let counted = Counted {
+                file: file
+                    .try_clone()
+                    .map_err(Error::io(format!("opening {}", path.display())))?,
+                read: read.clone(),
+            };
+            Ok(match compression {
+                Compression::None => Box::new(counted),
+                Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(counted)),
+                Compression::Zstd => Box::new(
+                    zstd::stream::read::Decoder::new(counted)
+                        .map_err(|e| Error::Config(format!("{}: not zstd: {e}", path.display())))?,
+                ),
+            })
+        };
         let (inner, rows) = match format {
+            Format::Parquet if compression != Compression::None => {
+                return Err(Error::Config(format!(
+                    "{}: a Parquet file compresses its own pages; decompress the file first",
+                    path.display()
+                )))
+            }
             Format::Csv => {
                 let mut reader = csv::ReaderBuilder::new()
                     .flexible(true)
                     .trim(csv::Trim::All)
-                    .from_reader(file);
+                    .from_reader(text()?);
                 let header: Vec<String> = reader
                     .headers()
                     .map_err(|e| {
@@ -165,10 +232,9 @@ impl Source {
             }
             Format::Jsonl => (
                 Inner::Jsonl {
-                    reader: BufReader::with_capacity(1 << 16, file),
+                    reader: BufReader::with_capacity(1 << 16, text()?),
                     names,
                     line: Vec::new(),
-                    bytes: 0,
                 },
                 None,
             ),
@@ -214,17 +280,18 @@ impl Source {
         };
         Ok(Source {
             inner,
+            read,
             size_bytes,
             rows,
             seq: 0,
         })
     }
 
-    /// Bytes read so far (CSV, JSON Lines): with the size, the progress estimate.
+    /// The file's bytes read so far (CSV, JSON Lines; read ahead of the rows by a buffer):
+    /// with the size, the progress estimate.
     pub fn bytes_read(&self) -> u64 {
         match &self.inner {
-            Inner::Csv { reader, .. } => reader.position().byte(),
-            Inner::Jsonl { bytes, .. } => *bytes,
+            Inner::Csv { .. } | Inner::Jsonl { .. } => self.read.load(Ordering::Relaxed),
             Inner::Parquet { .. } => 0,
         }
     }
@@ -253,12 +320,11 @@ impl Source {
                 reader,
                 names,
                 line,
-                bytes,
             } => loop {
                 line.clear();
                 match reader.read_until(b'\n', line) {
                     Ok(0) => return None,
-                    Ok(n) => *bytes += n as u64,
+                    Ok(_) => {}
                     Err(e) => return Some(Err(Error::Config(format!("reading the file: {e}")))),
                 }
                 // Blank lines are not rows.
@@ -413,6 +479,58 @@ mod tests {
             e.contains("no column \"item\"") && e.contains("item_id"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn compressed_exports_read_as_their_text_and_progress_counts_the_files_bytes() {
+        let dir = std::env::temp_dir().join(format!("likes-src-{}", rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut csv = String::from("item_id,user_id,liked,liked_at\n");
+        for i in 0..2000 {
+            csv.push_str(&format!("i{},u{i},true,{i}\n", i % 7));
+        }
+        let gz = dir.join("part-0.csv.gz");
+        let mut enc = flate2::write::GzEncoder::new(File::create(&gz).unwrap(), Default::default());
+        enc.write_all(csv.as_bytes()).unwrap();
+        enc.finish().unwrap();
+        let jsonl = "{\"item_id\":\"i1\",\"user_id\":\"u1\",\"liked\":true,\"liked_at\":5}\n";
+        let zst = dir.join("part-1.JSONL.zst");
+        std::fs::write(&zst, zstd::encode_all(jsonl.as_bytes(), 3).unwrap()).unwrap();
+        assert_eq!(Format::of_path(&gz).unwrap(), Format::Csv);
+        assert_eq!(Format::of_path(&zst).unwrap(), Format::Jsonl);
+        assert!(Format::of_path(&dir.join("likes.gz")).is_err());
+
+        let mut src = Source::open(&gz, Format::Csv, &Mapping::default()).unwrap();
+        let rows = all(&mut src);
+        assert_eq!(rows.len(), 2000);
+        assert_eq!(
+            rows[1999].values.as_ref().unwrap()[1],
+            Value::Text("u1999".into())
+        );
+        // Every byte of the file, none of the text's: the estimate's denominator is the file.
+        assert_eq!(src.bytes_read(), src.size_bytes);
+        assert!(src.size_bytes < csv.len() as u64 / 2);
+
+        let mut src = Source::open(&zst, Format::Jsonl, &Mapping::default()).unwrap();
+        let rows = all(&mut src);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].values.as_ref().unwrap()[2], Value::Bool(true));
+
+        // Not what the name says: the header cannot be read, and the error says which file.
+        let fake = dir.join("fake.csv.gz");
+        std::fs::write(&fake, csv.as_bytes()).unwrap();
+        let e = Source::open(&fake, Format::Csv, &Mapping::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("fake.csv.gz"), "{e}");
+        let pq = dir.join("x.parquet.gz");
+        std::fs::write(&pq, b"x").unwrap();
+        let e = Source::open(&pq, Format::Parquet, &Mapping::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("decompress"), "{e}");
     }
 
     #[test]

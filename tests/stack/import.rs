@@ -443,8 +443,11 @@ async fn import_killed_and_resumed_under_live_likes_counts_exactly_and_compares_
     run.check().await;
 }
 
-/// An export in parts, as warehouses and Spark write them: three CSV parts (one edge's rows
-/// spread over several), with the bookkeeping files export tools leave beside them.
+/// An export in parts, as warehouses and Spark write them: three CSV parts, the last gzipped
+/// (one edge's rows spread over several), with the bookkeeping files export tools leave
+/// beside them.
+const PARTS: [&str; 3] = ["part-00000.csv", "part-00001.csv", "part-00002.csv.gz"];
+
 fn write_parts(dir: &std::path::Path, gen: &File, seed: u64) -> usize {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let (header, body) = gen.csv.split_once('\n').unwrap();
@@ -455,7 +458,17 @@ fn write_parts(dir: &std::path::Path, gen: &File, seed: u64) -> usize {
     let third = lines.len().div_ceil(3);
     for (i, part) in lines.chunks(third).enumerate() {
         let text = format!("{header}\n{}\n", part.join("\n"));
-        std::fs::write(dir.join(format!("part-{i:05}.csv")), text).unwrap();
+        let name = dir.join(PARTS[i]);
+        if i == 2 {
+            let mut gz = flate2::write::GzEncoder::new(
+                std::fs::File::create(name).unwrap(),
+                Default::default(),
+            );
+            gz.write_all(text.as_bytes()).unwrap();
+            gz.finish().unwrap();
+        } else {
+            std::fs::write(name, text).unwrap();
+        }
         std::fs::write(dir.join(format!(".part-{i:05}.csv.crc")), "not,a,row").unwrap();
     }
     std::fs::write(dir.join("_SUCCESS"), "").unwrap();
@@ -480,7 +493,7 @@ async fn an_export_in_parts_imports_part_by_part_and_resumes_after_the_parts_don
     let rows = write_parts(&export, &gen, 5);
     let state = dir.join("state");
     let e = env(&settings, &[]);
-    let parts = |i: usize| state.join("parts").join(format!("{i:05}-part-{i:05}.csv"));
+    let parts = |i: usize| state.join("parts").join(format!("{i:05}-{}", PARTS[i]));
 
     // Stopped after the first part, at the fail point between parts.
     let mut failing = e.clone();
