@@ -144,6 +144,22 @@ fn import(
     )
 }
 
+/// `likes reconcile --items-from STATE/items.txt`: the imported items' counts at a cut.
+fn reconcile_imported(state: &std::path::Path, e: &[(&'static str, String)]) {
+    let items = state.join("items.txt");
+    let (ok, out, err) = crate::common::likes(
+        &[
+            "reconcile",
+            "--items-from",
+            items.to_str().unwrap(),
+            "--reason",
+            "import",
+        ],
+        e,
+    );
+    assert!(ok, "{out}\n{err}");
+}
+
 fn checkpoint(dir: &std::path::Path) -> Option<serde_json::Value> {
     let b = std::fs::read(dir.join("checkpoint.json")).ok()?;
     serde_json::from_slice(&b).ok()
@@ -315,18 +331,7 @@ async fn import_killed_and_resumed_under_live_likes_counts_exactly_and_compares_
     assert_eq!(seen, (true, true));
 
     // Counts through the pipeline: a correction per item at a cut.
-    let items = state.join("items.txt");
-    let (ok, out, err) = crate::common::likes(
-        &[
-            "reconcile",
-            "--items-from",
-            items.to_str().unwrap(),
-            "--reason",
-            "import",
-        ],
-        &e,
-    );
-    assert!(ok, "{out}\n{err}");
+    reconcile_imported(&state, &e);
     let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(90)).await;
     assert_eq!(have, want, "the counts equal the LIKED edges");
 
@@ -549,18 +554,7 @@ async fn an_export_in_parts_imports_part_by_part_and_resumes_after_the_parts_don
         want,
         "the edges are the parts' latest rows"
     );
-    let items = state.join("items.txt");
-    let (ok, out, err) = crate::common::likes(
-        &[
-            "reconcile",
-            "--items-from",
-            items.to_str().unwrap(),
-            "--reason",
-            "import",
-        ],
-        &e,
-    );
-    assert!(ok, "{out}\n{err}");
+    reconcile_imported(&state, &e);
     let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(90)).await;
     assert_eq!(have, want, "the counts equal the LIKED edges");
 
