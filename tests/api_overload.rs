@@ -1,5 +1,7 @@
 //! Overload: writes past the in-flight bound are shed at once with 503 and Retry-After, and
-//! a concurrent reader's latency stays near its unloaded latency.
+//! a concurrent reader's latency stays near its unloaded latency. Both tests slow the database
+//! with a fail point: `make test` builds with `--features likes/failpoints`.
+#![cfg(feature = "failpoints")]
 
 mod common;
 
@@ -34,6 +36,26 @@ async fn read_latencies(client: &api::Client, n: usize) -> Vec<Duration> {
     out
 }
 
+/// Sets a fail point's delay on every write and removes it on the way out, whatever happens:
+/// the other test must not inherit the delay.
+struct SlowWrites;
+
+impl SlowWrites {
+    fn hold_each_write_ms(ms: u64) -> Self {
+        fail::cfg("api-write-delay", &format!("return({ms})")).unwrap();
+        SlowWrites
+    }
+}
+
+impl Drop for SlowWrites {
+    fn drop(&mut self) {
+        fail::remove("api-write-delay");
+    }
+}
+
+/// Each write is held 250 ms (a fail point), so 4 slots admit ~16 writes/s whatever the box:
+/// without it a fast box wrote the whole flood through 4 slots and shed almost nothing (CI,
+/// 2026-12-04: 40 shed), which says nothing about shedding.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_past_the_bound_are_shed_fast_and_reads_keep_serving() {
     let _alone = ALONE.lock().await;
@@ -45,8 +67,9 @@ async fn writes_past_the_bound_are_shed_fast_and_reads_keep_serving() {
     })
     .await;
     let unloaded = read_latencies(&client, 300).await;
+    let slow = SlowWrites::hold_each_write_ms(250);
 
-    // 16 writers offering ~800 writes/s against 4 slots (a few dozen writes/s here), while
+    // 16 writers offering ~800 writes/s against 4 slots (~16 writes/s held 250 ms), while
     // the reader reads. The writers pause between requests so that this process, which is
     // also the load generator, leaves the box's 2 cores to the server.
     let stop = Arc::new(AtomicBool::new(false));
@@ -79,9 +102,11 @@ async fn writes_past_the_bound_are_shed_fast_and_reads_keep_serving() {
     let loaded = read_latencies(&client, 300).await;
     stop.store(true, Ordering::Relaxed);
     let mut shed = Vec::new();
+    let mut offered = 0;
     let mut ok = 0;
     for w in writers {
         for (status, retry_after, took) in w.await.unwrap() {
+            offered += 1;
             match status {
                 StatusCode::OK => ok += 1,
                 StatusCode::SERVICE_UNAVAILABLE => {
@@ -93,9 +118,10 @@ async fn writes_past_the_bound_are_shed_fast_and_reads_keep_serving() {
         }
     }
     assert!(ok >= 4, "the admitted writes succeed: {ok}");
+    drop(slow);
     assert!(
-        shed.len() > 100,
-        "most of the flood is shed: {} of 400",
+        shed.len() > 100 && shed.len() * 2 > offered,
+        "most of the flood is shed: {} of {offered}",
         shed.len()
     );
     shed.sort();
@@ -119,7 +145,6 @@ async fn writes_past_the_bound_are_shed_fast_and_reads_keep_serving() {
 }
 
 /// `writers` closed-loop writers for `for_`; returns (answered 200, shed with 503).
-#[cfg(feature = "failpoints")]
 async fn flood(
     client: &Arc<api::Client>,
     tag: &str,
@@ -171,7 +196,6 @@ async fn flood(
 /// The target is far above a fast write's latency on purpose: the test's debug build on a
 /// busy 2-core CI box has put 16 concurrent writes' p99 past 100 ms with no delay at all
 /// (CI, 2026-12-02: the fast phases shed more than they admitted at a 100 ms target).
-#[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_write_limit_comes_down_when_the_database_slows_and_goes_back_up() {
     let _alone = ALONE.lock().await;
@@ -185,15 +209,7 @@ async fn the_write_limit_comes_down_when_the_database_slows_and_goes_back_up() {
     eprintln!("fast: ok {ok}, shed {shed}");
     assert!(ok > 0, "writes are answered");
 
-    // Removed on the way out whatever happens: the other test must not inherit the delay.
-    struct Slow;
-    impl Drop for Slow {
-        fn drop(&mut self) {
-            fail::remove("api-write-delay");
-        }
-    }
-    fail::cfg("api-write-delay", "return(1500)").unwrap();
-    let slow = Slow;
+    let slow = SlowWrites::hold_each_write_ms(1500);
     // The limit moves at most halved per window, and a window closes on the first write to
     // end after 1 s: from ~20 to the floor of 4 takes three 1.5 s rounds.
     let (settle_ok, settle_shed) = flood(&client, "b", 16, Duration::from_secs(8)).await;
