@@ -8,12 +8,15 @@
 # (`api`, `relay`, `dedupe`, `count`, `migrate`, `topics`, `drift`, ...). See k8s/.
 
 FROM docker.io/library/rust:1.88-bookworm AS build
-# bindgen (rocksdb) needs libclang; RocksDB's C++ and librdkafka build from source.
+# bindgen (rocksdb) needs libclang; librdkafka builds from source; Maven fetches the prebuilt
+# RocksDB (stack/rocksdb.sh, docs/building.md) and python3 unpacks it.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libclang-dev build-essential perl make ca-certificates \
+      maven python3 \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
+RUN stack/rocksdb.sh
 # The same workspace build as `make image` and `make bench` (one feature set).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \

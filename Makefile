@@ -2,10 +2,14 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-# Build output lives outside the clone so later runs, CI included, reuse it (a clean build
-# is ~15 minutes on 2 cores, most of it RocksDB's C++).
+# Build output lives outside the clone so later runs, CI included, reuse it. RocksDB is not
+# compiled: every build links the prebuilt library `make rocksdb` caches (docs/building.md).
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/likes/target
 LIKES_CACHE ?= $(HOME)/.cache/likes
+# One feature set for every debug cargo call (build, test, lint, demo, chaos), so none of them
+# compiles the crate again for another: fail points are compiled in and inert until armed
+# (docs/testing.md). Release builds (bench, image) carry none.
+DEV_FEATURES := --workspace --features likes/failpoints
 BUF_VERSION := 1.75.0
 BUF := $(LIKES_CACHE)/buf/node_modules/.bin/buf
 CARGO ?= cargo
@@ -13,13 +17,16 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import
+.PHONY: rocksdb bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 prereqs: ## Check what this machine lacks; as root install it (Debian), else print the apt-get line
 	@stack/prereqs.sh stack build lint bench
+
+rocksdb: ## Fetch the prebuilt RocksDB library once (Maven Central's rocksdbjni; every build links it)
+	@stack/rocksdb.sh
 
 up: ## Start Kafka and Cassandra on 127.0.0.1 (fetches jars once; idempotent)
 	@stack/prereqs.sh stack
@@ -46,7 +53,8 @@ stack-status: ## Show what runs and where the logs are
 
 build: ## Build the `likes` binary and the `likes-tools` binary (debug)
 	@stack/prereqs.sh build
-	$(CARGO) build --workspace --bins
+	@stack/rocksdb.sh
+	$(CARGO) build $(DEV_FEATURES) --bins
 
 migrate: build ## Create the CQL keyspace and tables
 	$(LIKES) migrate
@@ -59,44 +67,56 @@ topology: up build ## Run dedupe + count in one process against the local stack 
 
 bench: up ## Every benchmark, its ratios against the peers, a sweep of offered load -> bench/report.md (~30 min)
 	@stack/prereqs.sh stack build bench
+	@stack/rocksdb.sh
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench report
 
 bench-api: up ## The API's capacity (p99 < 150 ms) and latency against a bare LWT loop (~12 min)
 	@stack/prereqs.sh build
+	@stack/rocksdb.sh
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench api
 
 bench-import: up ## likes import of a 10M-row file against bare inserts into the same table; peak memory (BENCH_ROWS=10000000)
 	@stack/prereqs.sh stack build
+	@stack/rocksdb.sh
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench import --rows $${BENCH_ROWS:-10000000}
 
 bench-restore: up ## Stage 1's restore of a 10M-record changelog against a bare read of it (BENCH_RECORDS=10000000)
 	@stack/prereqs.sh stack build
+	@stack/rocksdb.sh
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench restore --records $${BENCH_RECORDS:-10000000}
 
 bench-overload: up ## The API at 2x and 4x its capacity under the adaptive write limit (~8 min)
 	@stack/prereqs.sh stack build
+	@stack/rocksdb.sh
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench overload
 
 bench-topology: up ## The topology against Kafka Streams EOS and a plain consumer (BENCH_EVENTS=1000000)
 	@stack/prereqs.sh stack build
+	@stack/rocksdb.sh
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench topology --events $${BENCH_EVENTS:-1000000}
 
 # A failed demo stops the stack if it was this demo that started it (and says so); a stack
-# that was up before stays up.
-# Everything the demo needs, checked before its ~20 min first build: without Java it would
-# build and then fail at the stack.
+# that was up before stays up. Kafka and Cassandra are fetched and started while the build
+# runs (their log is shown once both are done), so a first demo waits for the longer of the
+# two, not their sum.
 demo-prereqs:
 	@stack/prereqs.sh stack build
 
-demo: demo-prereqs build ## The main job: api + relay + both stages under load, a viral burst, kill -9 of count, the verdict
-	@if stack/stack.sh running; then was_up=yes; else was_up=no; fi; \
-	stack/stack.sh up && $(TOOLS) demo; status=$$?; \
+demo: demo-prereqs ## The main job: api + relay + both stages under load, a viral burst, kill -9 of count, the verdict
+	@mkdir -p $(LIKES_CACHE); if stack/stack.sh running; then was_up=yes; else was_up=no; fi; \
+	echo "demo: starting Kafka and Cassandra while the build runs (log: $(LIKES_CACHE)/stack-up.log)"; \
+	stack/stack.sh up >$(LIKES_CACHE)/stack-up.log 2>&1 & up_pid=$$!; \
+	$(MAKE) --no-print-directory build; built=$$?; \
+	wait $$up_pid; upped=$$?; cat $(LIKES_CACHE)/stack-up.log; \
+	if [ $$built -ne 0 ]; then status=$$built; echo "demo: the build failed (above)"; \
+	elif [ $$upped -ne 0 ]; then status=$$upped; echo "demo: the stack did not start (above)"; \
+	else $(TOOLS) demo; status=$$?; fi; \
 	if [ $$status -ne 0 ]; then \
 	  if [ $$was_up = no ]; then echo "demo: failed; stopping the stack it started (its logs stay under $(LIKES_CACHE)/stack/logs)"; stack/stack.sh down; \
 	  else echo "demo: failed; the stack was up before and stays up (make down stops it)"; fi; \
@@ -111,9 +131,7 @@ RATE ?= 150
 HORIZON ?=
 # Chaos runs the product built with fail points: one API's clock is set off by a test-only
 # environment variable (LIKES_TEST_CLOCK_SKEW_MS).
-chaos-build:
-	@stack/prereqs.sh build
-	$(CARGO) build --workspace --bins --features likes/failpoints
+chaos-build: build
 
 chaos: up chaos-build ## Fault runs: kill -9 of every process, the broker and Cassandra, two reconciles at once, 3 APIs (one skewed) under load; HORIZON=30 for a short dedupe horizon; exact counts or a non-zero exit
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \
@@ -138,9 +156,10 @@ fuzz: ## Run each fuzz target (decoders of outside bytes) for FUZZ_SECONDS (nigh
 
 test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts the stack)
 	@stack/prereqs.sh build
-	$(CARGO) build --workspace --bins --features likes/failpoints
+	@stack/rocksdb.sh
+	$(CARGO) build $(DEV_FEATURES) --bins
 	$(TOOLS) prune || echo "make test: the prune failed (see above); testing anyway"
-	$(CARGO) test --workspace --all-targets --features likes/failpoints --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
+	$(CARGO) test $(DEV_FEATURES) --all-targets --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
 	  status=$${PIPESTATUS[0]}; \
 	  awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(LIKES_CACHE)/last-test.log \
 	    | tee $(LIKES_CACHE)/test-summary; \
@@ -148,24 +167,28 @@ test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; star
 
 test-regions: up-regions ## The tests against the two-datacenter Cassandra (tests/regions.rs, regions_count.rs, regions_down.rs, regions_import.rs)
 	@stack/prereqs.sh build
-	$(CARGO) test --features likes/failpoints --test regions --test regions_count --test regions_down --test regions_import -- --include-ignored
+	@stack/rocksdb.sh
+	$(CARGO) test $(DEV_FEATURES) --test regions --test regions_count --test regions_down --test regions_import -- --include-ignored
 
 # `make chaos-regions RUNS=10 SEED=1`: the two-region fault run (tests/regions_count.rs) for seeds SEED..SEED+RUNS-1.
 chaos-regions: up-regions ## Moves under kill -9 of either region's stages and Cassandra nodes, one run per seed (RUNS, SEED)
 	@stack/prereqs.sh build
+	@stack/rocksdb.sh
 	@for seed in $$(seq $(SEED) $$(( $(SEED) + $(RUNS) - 1 ))); do \
 	  echo "chaos-regions: seed $$seed"; \
-	  LIKES_REGIONS_SEED=$$seed $(CARGO) test --features likes/failpoints --test regions_count -- --include-ignored --exact \
+	  LIKES_REGIONS_SEED=$$seed $(CARGO) test $(DEV_FEATURES) --test regions_count -- --include-ignored --exact \
 	    counts_stay_exact_when_either_regions_stages_and_nodes_die_during_moves --nocapture || exit 1; \
 	done
 
 test-unit: ## Only the tests that need no stack (unit tests of the product and the tools; seconds once built)
 	@stack/prereqs.sh build
-	$(CARGO) test --workspace --lib --bins --features likes/failpoints
+	@stack/rocksdb.sh
+	$(CARGO) test $(DEV_FEATURES) --lib --bins
 
 lint: buf ## rustfmt, clippy -D warnings, buf lint
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets --features likes/failpoints -- -D warnings
+	@stack/rocksdb.sh
+	$(CARGO) clippy $(DEV_FEATURES) --all-targets -- -D warnings
 	cd schemas && $(BUF) lint
 
 image: ## Build the `likes` image daemonless (buildah), save it as an OCI archive, run it (needs `make up`)
@@ -196,7 +219,8 @@ schema-check: buf ## buf lint, buf breaking against the last released schemas, t
 	cd schemas && $(BUF) lint
 	tar -C schemas/released/$(SCHEMA_BASELINE) -cf - . | (cd schemas && $(BUF) breaking --against '-#format=tar')
 	@echo "schema-check: no breaking change against schemas/released/$(SCHEMA_BASELINE)"
-	$(CARGO) test --features likes/failpoints --test schema_golden
+	@stack/rocksdb.sh
+	$(CARGO) test $(DEV_FEATURES) --test schema_golden
 
 fmt: ## Format the code
 	$(CARGO) fmt --all

@@ -24,7 +24,9 @@ archive=$out/likes-$version.oci.tar
 say() { printf 'image: %s\n' "$*"; }
 
 say "building the release binary"
-# The same build `make bench` does (one feature set, so the two share compiled crates).
+# The same build `make bench` does (one feature set, so the two share compiled crates),
+# linking the prebuilt RocksDB (docs/building.md) that the root filesystem then carries.
+stack/rocksdb.sh
 cargo build --release --locked --workspace --bins
 image/rootfs.sh "$target/release/likes" "$rootfs"
 
@@ -49,6 +51,15 @@ say "$image saved as $archive ($(du -h "$archive" | cut -f1))"
 buildah inspect --type image --format '  user {{.OCIv1.Config.User}}, entrypoint {{.OCIv1.Config.Entrypoint}}{{"\n"}}' "$image"
 
 # --- smoke run -----------------------------------------------------------------------------
+# `likes --version`: the binary's version, then the RocksDB it loaded, from where the image
+# puts it (the rpath's installed layout, not the builder's cache).
+rocksdb_version=$(cat "$(stack/rocksdb.sh --dir)/VERSION")
+version_ok() {
+  local want1="likes $version" want2="RocksDB $rocksdb_version (/usr/local/lib/likes/librocksdb.so)"
+  [[ "$(sed -n 1p <<<"$1")" == "$want1" && "$(sed -n 2p <<<"$1")" == "$want2" ]] && return 0
+  say "expected '$want1' then '$want2'"
+  return 1
+}
 port=${LIKES_IMAGE_PORT:-18089}
 key=image-smoke-session-key-0123456789abcdef
 health() {
@@ -94,8 +105,8 @@ elif command -v podman >/dev/null; then
   done
 fi
 if ((${#podman_args[@]})); then
-  say "container: likes --version -> $got"
-  [[ "$got" == "likes $version" ]] || { say "expected 'likes $version'"; exit 1; }
+  say "container: likes --version -> $(tr '\n' ' ' <<<"$got")"
+  version_ok "$got" || exit 1
   name=likes-image-smoke
   podman rm -f "$name" >/dev/null 2>&1 || true
   podman "${podman_args[@]}" --rm --read-only "${env_args[@]}" "$image" migrate >"$out/migrate.log" 2>&1 ||
@@ -116,8 +127,8 @@ trap 'buildah umount "$mnt_c" >/dev/null 2>&1; buildah rm "$mnt_c" >/dev/null 2>
 root=$(buildah mount "$mnt_c")
 chroot=$(command -v chroot)
 got=$(chroot --userspec=10001:10001 "$root" /usr/local/bin/likes --version)
-say "rootfs: likes --version -> $got"
-[[ "$got" == "likes $version" ]] || { say "expected 'likes $version'"; exit 1; }
+say "rootfs: likes --version -> $(tr '\n' ' ' <<<"$got")"
+version_ok "$got" || exit 1
 env -i "${vars[@]}" HOME=/data "$chroot" --userspec=10001:10001 "$root" /usr/local/bin/likes migrate \
   >"$out/migrate.log" 2>&1 || { tail -20 "$out/migrate.log"; exit 1; }
 say "rootfs: likes migrate done"

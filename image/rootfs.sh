@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runtime root filesystem of the `likes` image, assembled from a built binary: the binary,
-# exactly the shared libraries it loads (from the builder's Debian), CA certificates, and a
-# non-root user. Nothing else: no shell, no package manager.
+# exactly the shared libraries it loads (from the builder's Debian; RocksDB's from
+# stack/rocksdb.sh, in /usr/local/lib/likes), CA certificates, and a non-root user. Nothing else: no shell, no package manager.
 #
 #   image/rootfs.sh BINARY OUT
 #
@@ -25,8 +25,14 @@ for d in lib lib64; do
 done
 libs=$(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
 for lib in $libs; do
-  mkdir -p "$out$(dirname "$lib")"
-  cp -L "$lib" "$out$lib"
+  case "$(basename "$lib")" in
+    # The prebuilt RocksDB (docs/building.md) sits where the binary's rpath looks when
+    # installed, $ORIGIN/../lib/likes, not at the builder's cache path.
+    librocksdb.so*) dest=/usr/local/lib/likes/$(basename "$lib") ;;
+    *) dest=$lib ;;
+  esac
+  mkdir -p "$out$(dirname "$dest")"
+  cp -L "$lib" "$out$dest"
 done
 
 cp -L "$certs" "$out/etc/ssl/certs/ca-certificates.crt"

@@ -304,6 +304,15 @@ impl ScopeArgs {
 }
 
 fn main() -> ExitCode {
+    // `--version` also names the RocksDB the binary runs: a shared library found at run time
+    // (docs/building.md), so the build alone cannot say which.
+    if let [_, flag] = std::env::args().collect::<Vec<_>>().as_slice() {
+        if flag == "--version" || flag == "-V" {
+            println!("likes {}", env!("CARGO_PKG_VERSION"));
+            println!("{}", likes::dedupe::engine::describe());
+            return ExitCode::SUCCESS;
+        }
+    }
     let cli = Cli::parse();
     // Fail points (FAILPOINTS=name=action;...) exist only in builds with `--features failpoints`.
     let _failpoints = fail::FailScenario::setup();

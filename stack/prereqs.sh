@@ -30,11 +30,11 @@ wants() { [[ " ${groups[*]} " == *" $1 "* ]]; }
 # package: why (shown when it is missing)
 declare -A why=(
   [libclang-dev]="the rocksdb crate generates its bindings with bindgen, which needs libclang"
-  [build-essential]="a C/C++ compiler: RocksDB's C++ and librdkafka are built from source"
+  [build-essential]="a C/C++ compiler: librdkafka is built from source (RocksDB comes prebuilt, stack/rocksdb.sh)"
   [make]="the front door (Makefile) and librdkafka's build"
   [perl]="librdkafka's ./configure"
   [openjdk-17-jdk-headless]="Java 17 runs the local Kafka broker and Cassandra"
-  [maven]="fetches the Kafka and Cassandra jars from Maven Central (stack/pom.xml)"
+  [maven]="fetches the Kafka and Cassandra jars and the prebuilt RocksDB from Maven Central (stack/pom.xml, stack/rocksdb.sh)"
   [python3]="the stack's readiness probes (stack/probe.py)"
   [npm]="installs the buf CLI once, for \`make lint\`"
   [fonts-dejavu-core]="the font \`make bench\` labels its plots with"
@@ -69,6 +69,10 @@ if wants build; then
   has_cmd c++ || need+=(build-essential)
   has_cmd make || need+=(make)
   has_cmd perl || need+=(perl)
+  # stack/rocksdb.sh: mvn fetches the prebuilt RocksDB, python3 unpacks it
+  has_cmd mvn || need+=(maven)
+  has_cmd java || need+=(openjdk-17-jdk-headless)
+  has_cmd python3 || need+=(python3)
   has_cmd cargo || rust_missing=true
 fi
 if wants lint; then
@@ -96,6 +100,8 @@ if wants bench; then
     || need+=(fonts-dejavu-core)
 fi
 
+# One package named by two groups is installed once.
+if ((${#need[@]})); then mapfile -t need < <(printf '%s\n' "${need[@]}" | awk '!seen[$0]++'); fi
 if ((${#need[@]} == 0)) && ! $rust_missing; then
   exit 0
 fi

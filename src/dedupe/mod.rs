@@ -10,6 +10,7 @@
 //! The loop is synchronous on its own thread: librdkafka's transactional calls block, and a
 //! batch is a strict sequence (poll → process → commit) with nothing to overlap.
 
+pub mod engine;
 pub mod event;
 pub mod recovery;
 pub mod rule;
