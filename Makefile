@@ -110,6 +110,7 @@ demo-prereqs:
 
 demo: demo-prereqs ## The main job: api + relay + both stages under load, a viral burst, kill -9 of count, the verdict
 	@mkdir -p $(LIKES_CACHE); if stack/stack.sh running; then was_up=yes; else was_up=no; fi; \
+	stack/rocksdb.sh || exit 1; \
 	echo "demo: starting Kafka and Cassandra while the build runs (log: $(LIKES_CACHE)/stack-up.log)"; \
 	stack/stack.sh up >$(LIKES_CACHE)/stack-up.log 2>&1 & up_pid=$$!; \
 	$(MAKE) --no-print-directory build; built=$$?; \
