@@ -61,15 +61,17 @@ async fn the_relay_never_publishes_a_version_no_request_produced() {
     let (settings, mut topology, _app, client) = api::serve("relaynoop").await;
     // The relay as `likes relay` runs it: its own connections, no API session key.
     let relay_alone = Relay::connect(&settings, &topology).await.unwrap();
-    // A short horizon, so the like's stage-1 state expires within the test.
-    topology.dedupe_ttl = Duration::from_secs(4);
+    // The horizon passes by moving the process's clock (every part reads it), not by waiting:
+    // a 4 s horizon also expired the like itself when a loaded box took longer than that to
+    // start stage 1.
+    topology.dedupe_ttl = Duration::from_secs(120);
     let mut run = fx::start(&settings, &topology);
     let (s, e) = client.like("ann", "item-1", "k1").await;
     assert_eq!(s, StatusCode::OK, "{e}");
     let want: BTreeMap<String, i64> = [("item-1".to_string(), 1)].into();
     let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
     assert_eq!(have, want);
-    tokio::time::sleep(Duration::from_secs(6)).await; // the like is past the horizon now
+    likes::runtime::clock::advance(topology.dedupe_ttl + Duration::from_secs(2)); // past the horizon now
 
     // A no-op like (already liked) whose outbox entry is left behind.
     fail::cfg("api-before-outbox-clear", "return").unwrap();
@@ -136,7 +138,8 @@ async fn an_expired_like_flipped_around_a_lost_publish_is_counted_once() {
 
     let _turn = FAILPOINTS.lock().await;
     let (settings, mut topology, _app, client) = api::serve("pasthorizon").await;
-    topology.dedupe_ttl = Duration::from_secs(4);
+    // The horizon passes by moving the process's clock, not by waiting (see above).
+    topology.dedupe_ttl = Duration::from_secs(120);
     let relay_alone = Relay::connect(&settings, &topology).await.unwrap();
     let mut run = fx::start(&settings, &topology);
     for (user, item) in [("ann", "item-1"), ("bob", "item-2")] {
@@ -146,7 +149,7 @@ async fn an_expired_like_flipped_around_a_lost_publish_is_counted_once() {
     let both: BTreeMap<String, i64> = [("item-1".to_string(), 1), ("item-2".to_string(), 1)].into();
     let have = fx::wait_for_counts(&mut run, &settings, &both, Duration::from_secs(60)).await;
     assert_eq!(have, both);
-    tokio::time::sleep(Duration::from_secs(6)).await; // both likes are past the horizon now
+    likes::runtime::clock::advance(topology.dedupe_ttl + Duration::from_secs(2)); // both past the horizon now
 
     // ann: the unlike's publish is lost, the like again is published.
     fail::cfg("api-after-flip-before-produce", "return").unwrap();
@@ -173,7 +176,7 @@ async fn an_expired_like_flipped_around_a_lost_publish_is_counted_once() {
     // The relay's pass republishes the current versions: duplicates by then.
     relay::pass(&relay_alone, Duration::ZERO).await.unwrap();
     let want: BTreeMap<String, i64> = [("item-1".to_string(), 1)].into();
-    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(30)).await;
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(90)).await;
     tokio::time::sleep(Duration::from_secs(3)).await; // and it stays there
     run.check().await;
     let (d, _) = run.stop().await;

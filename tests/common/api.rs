@@ -98,22 +98,42 @@ pub fn all_events(
     out
 }
 
-/// Every LikeEvent on the events topic, whole, in the order read.
+/// Every LikeEvent on the events topic, whole, in the order read: each partition read from
+/// its start to the end it had when asked, so the answer does not depend on how fast a group
+/// joins or a fetch returns (an idle-time cut-off returned nothing on a slow box).
 pub fn all_like_events(settings: &likes::config::Settings, topic: &str) -> Vec<LikeEvent> {
+    use rdkafka::{Offset, TopicPartitionList};
     let c: BaseConsumer = likes::kafka::client_config(&settings.kafka)
         .set("group.id", super::unique("api-events"))
-        .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();
-    c.subscribe(&[topic]).unwrap();
+    let t = Duration::from_secs(10);
+    let meta = c.fetch_metadata(Some(topic), t).unwrap();
+    let mut todo = std::collections::BTreeMap::new();
+    let mut tpl = TopicPartitionList::new();
+    for p in meta.topics()[0].partitions() {
+        let (low, high) = c.fetch_watermarks(topic, p.id(), t).unwrap();
+        if high > low {
+            todo.insert(p.id(), high);
+            tpl.add_partition_offset(topic, p.id(), Offset::Offset(low))
+                .unwrap();
+        }
+    }
+    c.assign(&tpl).unwrap();
     let mut out = Vec::new();
-    let mut idle = std::time::Instant::now();
-    while idle.elapsed() < Duration::from_secs(5) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !todo.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{topic}: partitions not read to their end in 60 s: {todo:?}"
+        );
         if let Some(m) = c.poll(Duration::from_millis(200)) {
             let m = m.unwrap();
             out.push(LikeEvent::decode(m.payload().unwrap()).unwrap());
-            idle = std::time::Instant::now();
+            if todo.get(&m.partition()).is_some_and(|&high| m.offset() + 1 >= high) {
+                todo.remove(&m.partition());
+            }
         }
     }
     out

@@ -286,3 +286,131 @@ pub async fn teardown(settings: &Settings, topology: &Topology) {
     }
     let _ = std::fs::remove_dir_all(&settings.dedupe.state_dir);
 }
+
+/// Waits until `group` has a live member (a stage started in this process has joined), for
+/// at most `timeout`: a test that needs a running stage to refuse something waits for the
+/// stage, not for a time a slow box may not meet.
+pub async fn wait_for_member(settings: &Settings, group: &str, timeout: Duration) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        // Blocking client calls, off the runtime the stages under test share.
+        let (s, g) = (settings.clone(), group.to_string());
+        let members: usize = tokio::task::spawn_blocking(move || {
+            let c: BaseConsumer = kafka::client_config(&s.kafka).create().unwrap();
+            c.fetch_group_list(Some(&g), Duration::from_secs(5))
+                .map(|l| l.groups().iter().map(|g| g.members().len()).sum())
+                .unwrap_or(0)
+        })
+        .await
+        .unwrap();
+        if members > 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "group {group} has no member after {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// How far `group` is behind on `topic`: per partition, (partition, committed offset, end).
+fn positions(settings: &Settings, group: &str, topic: &str) -> Vec<(i32, Option<i64>, i64)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let mut config = kafka::client_config(&settings.kafka);
+    config.set("group.id", group);
+    let c: BaseConsumer = config.create().unwrap();
+    let t = Duration::from_secs(10);
+    let meta = c.fetch_metadata(Some(topic), t).unwrap();
+    let partitions: Vec<i32> = meta.topics()[0]
+        .partitions()
+        .iter()
+        .map(|p| p.id())
+        .collect();
+    let committed = kafka::group::committed(&c, topic, &partitions, t).unwrap();
+    committed
+        .iter()
+        .map(|p| {
+            let (_, high) = c.fetch_watermarks(topic, p.partition, t).unwrap();
+            (p.partition, p.offset, high)
+        })
+        .collect()
+}
+
+/// Where a consumer's position can reach in `partition` of a transactional topic whose end
+/// is `high`: a commit marker at `high - 1` is never delivered, so a position stops before
+/// it; a record there is delivered and passed.
+fn reachable_end(settings: &Settings, topic: &str, partition: i32, high: i64) -> i64 {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+    if high == 0 {
+        return 0;
+    }
+    let mut config = kafka::client_config(&settings.kafka);
+    config
+        .set("group.id", "likes-test-probe")
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false");
+    let c: BaseConsumer = config.create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(high - 1))
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            use rdkafka::Message as _;
+            if m.offset() == high - 1 {
+                return high;
+            }
+        }
+    }
+    high - 1
+}
+
+/// Waits until `group` has read `topic` to its end, for at most `timeout`, instead of running
+/// the stages for a fixed time a slow box may not meet. `transactional`: the topic is written
+/// in transactions (as well as by plain producers), so a partition's end may be a commit
+/// marker no consumer position passes (`reachable_end`).
+pub async fn wait_caught_up(
+    settings: &Settings,
+    group: &str,
+    topic: &str,
+    transactional: bool,
+    timeout: Duration,
+) {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut ends: BTreeMap<(i32, i64), i64> = BTreeMap::new();
+    loop {
+        // Blocking client calls, off the runtime the stages under test share.
+        let (s, g, t) = (settings.clone(), group.to_string(), topic.to_string());
+        let now = tokio::task::spawn_blocking(move || positions(&s, &g, &t))
+            .await
+            .unwrap();
+        let mut done = true;
+        for &(p, committed, high) in &now {
+            let end = match ends.get(&(p, high)) {
+                Some(&e) => e,
+                None if !transactional => high,
+                None => {
+                    let (s, t) = (settings.clone(), topic.to_string());
+                    let e = tokio::task::spawn_blocking(move || reachable_end(&s, &t, p, high))
+                        .await
+                        .unwrap();
+                    ends.insert((p, high), e);
+                    e
+                }
+            };
+            done &= committed.unwrap_or(0) >= end;
+        }
+        if done {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "group {group} has not read {topic} to its end in {timeout:?}: (partition, committed, end) {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

@@ -224,12 +224,14 @@ async fn import_killed_and_resumed_under_live_likes_counts_exactly_and_compares_
     };
 
     // The import, slowed to a few statements at a time, killed with -9 once it has
-    // checkpointed part of the file.
+    // checkpointed part of the file: a fail point holds it right after that checkpoint, so
+    // the kill lands halfway on a fast box too.
     let mut job = std::process::Command::new(env!("CARGO_BIN_EXE_likes"))
         .args(["import", path.to_str().unwrap(), "--state-dir"])
         .arg(&state)
         .args(["--window", "512", "--concurrency", "2"])
         .envs(e.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("FAILPOINTS", "import-after-checkpoint=sleep(600000)")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -535,8 +535,25 @@ async fn two_reconcile_runs_at_once_never_correct_twice() {
     }
     converge(&mut run, &settings, &app).await;
 
-    fail::cfg("reconcile-after-wait", "1*sleep(25000)").unwrap();
-    // On a runtime of its own: the fail point's sleep blocks the thread it runs on.
+    // Run A (the nightly one) stops at the fail point after its cut and stays there until run B
+    // has finished: the test waits for A to be there, not for a time a slow box may not meet,
+    // and B passes the same point without stopping.
+    let (at_cut, a_is_at_cut) = std::sync::mpsc::channel::<()>();
+    let (release_a, a_released) = std::sync::mpsc::channel::<()>();
+    let a_released = std::sync::Mutex::new(a_released);
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let at_cut = std::sync::Mutex::new(at_cut);
+    fail::cfg_callback("reconcile-after-wait", move || {
+        if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            let _ = at_cut.lock().unwrap().send(());
+            let _ = a_released
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(300));
+        }
+    })
+    .unwrap();
+    // On a runtime of its own: the fail point blocks the thread it runs on.
     let cronjob = {
         let (s, t) = (settings.clone(), topology.clone());
         crate::common::on_own_runtime(move || async move {
@@ -544,7 +561,10 @@ async fn two_reconcile_runs_at_once_never_correct_twice() {
             reconcile::run(&p, vec!["item-1".into()], false, "nightly").await
         })
     };
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::task::spawn_blocking(move || a_is_at_cut.recv_timeout(Duration::from_secs(120)))
+        .await
+        .unwrap()
+        .expect("run A reaches its cut's fail point");
     // A like the pipeline never saw (its event lost for good), stamped after A's cut.
     let p = Pipeline::connect(&settings, &topology).await.unwrap();
     let bucket = likes::hash::bucket_of("ghost", topology.buckets) as i32;
@@ -579,6 +599,7 @@ async fn two_reconcile_runs_at_once_never_correct_twice() {
         [(1, Some(true))],
         "{operator}"
     );
+    release_a.send(()).unwrap();
     let nightly = tokio::task::spawn_blocking(move || cronjob.join().unwrap())
         .await
         .unwrap()

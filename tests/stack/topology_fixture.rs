@@ -13,6 +13,7 @@ use rdkafka::message::Headers;
 use rdkafka::Message as _;
 
 use crate::common::topology as fx;
+use likes::config::Settings;
 use likes::kafka;
 use likes::schema::v1::{delta_record, Correction, DeltaRecord};
 use likes::topology::Topology;
@@ -120,7 +121,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
     let mut env = crate::common::env_for(&settings);
     env.push(("LIKES__KAFKA__SESSION_TIMEOUT", "6s".into()));
     let run = fx::start(&settings, &topology);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    fx::wait_for_member(&settings, &groups[1], Duration::from_secs(60)).await;
     let (ok, _, err) =
         crate::common::likes(&["replay", "--group", &groups[1], "--to-earliest"], &env);
     assert!(!ok, "replay must refuse while the count stage runs");
@@ -139,7 +140,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         assert!(out.contains("offset 0"), "{out}");
     }
     let run = fx::start(&settings, &topology);
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    wait_replayed(&settings, &topology, &groups).await;
     let (d2, c2) = run.stop().await;
     assert_eq!(
         fx::nonzero(&fx::counts(&settings).await),
@@ -183,8 +184,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         eprintln!("{out}");
     }
     let run = fx::start(&settings, &topology);
-    // Long enough on a loaded 2-core CI box to restore the state and re-read every event.
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    wait_replayed(&settings, &topology, &groups).await;
     let (d3, c3) = run.stop().await;
     assert_eq!(
         fx::nonzero(&fx::counts(&settings).await),
@@ -213,4 +213,14 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         "a replay over exact local state must not rebuild it: {d3:?}"
     );
     fx::teardown(&settings, &topology).await;
+}
+
+/// Waits until both stages have read their input to its end after a replay (stage 1 the
+/// events, stage 2 the deltas), however long the box takes, up to two minutes each.
+async fn wait_replayed(settings: &Settings, topology: &Topology, groups: &[String; 2]) {
+    let events = settings.topic(&topology.topics.events.name);
+    let deltas = settings.topic(&topology.topics.deltas.name);
+    let limit = Duration::from_secs(120);
+    fx::wait_caught_up(settings, &groups[0], &events, false, limit).await;
+    fx::wait_caught_up(settings, &groups[1], &deltas, true, limit).await;
 }

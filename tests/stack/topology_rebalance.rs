@@ -21,6 +21,20 @@ fn restored(log: &std::path::Path) -> u64 {
         .sum()
 }
 
+/// Waits until a stage's log says it restored partitions from the changelog (an outcome, not
+/// a time: how soon depends on the box), for at most two minutes.
+async fn wait_restored(log: &std::path::Path, who: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while restored(log) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{who} restored nothing from the changelog in 2 minutes ({})",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_move_with_their_state_between_instances() {
     let procs::Harness {
@@ -55,13 +69,16 @@ async fn partitions_move_with_their_state_between_instances() {
         match i {
             1 => b.stop(), // its partitions go to a once its session times out
             3 => {
-                tokio::time::sleep(Duration::from_secs(8)).await;
-                b.start(); // and come back to b, which missed what a did meanwhile
+                // Once a has taken b's partitions (its log says it restored them), whenever
+                // that is on this box, b comes back: they return to b, which missed what a
+                // did meanwhile.
+                wait_restored(&dir.join("dedupe.log"), "a").await;
+                b.start();
             }
             _ => {}
         }
     }
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    wait_restored(&dir.join("dedupe-b.log"), "b").await;
     b.assert_alive();
     let have = procs::drain(&mut a, &mut count, &settings, &want).await;
     b.stop();
