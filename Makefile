@@ -159,10 +159,15 @@ fuzz: ## Run each fuzz target (decoders of outside bytes) for FUZZ_SECONDS (nigh
 	  test $${PIPESTATUS[0]} -eq 0 || { echo "fuzz: $$t found a crash (fuzz/artifacts/$$t/)"; exit 1; }; \
 	done
 
-test: up ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts the stack)
-	@stack/prereqs.sh build
+# The stack is fetched and started while the tests build (its log is shown once both are done).
+test: ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts the stack)
+	@stack/prereqs.sh stack build
 	@stack/rocksdb.sh
-	$(CARGO) build $(DEV_FEATURES) --bins
+	@mkdir -p $(LIKES_CACHE); stack/stack.sh up >$(LIKES_CACHE)/stack-up.log 2>&1 & up_pid=$$!; \
+	$(CARGO) build $(DEV_FEATURES) --bins && $(CARGO) test $(DEV_FEATURES) --all-targets --no-run; built=$$?; \
+	wait $$up_pid; upped=$$?; cat $(LIKES_CACHE)/stack-up.log; \
+	if [ $$built -ne 0 ]; then echo "make test: the build failed (above)"; exit $$built; fi; \
+	if [ $$upped -ne 0 ]; then echo "make test: the stack did not start (above)"; exit $$upped; fi
 	$(TOOLS) prune || echo "make test: the prune failed (see above); testing anyway"
 	$(CARGO) test $(DEV_FEATURES) --all-targets --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
 	  status=$${PIPESTATUS[0]}; \
