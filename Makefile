@@ -152,6 +152,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := like_event delta_record http_input session_token
 fuzz: ## Run each fuzz target (decoders of outside bytes) for FUZZ_SECONDS (nightly; installs cargo-fuzz)
 	@command -v cargo-fuzz >/dev/null || { echo "fuzz: installing cargo-fuzz from crates.io"; cargo install cargo-fuzz --locked; }
+	@stack/rocksdb.sh
 	@for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
 	  cargo +nightly fuzz run --fuzz-dir fuzz --target-dir $(LIKES_CACHE)/fuzz-target $$t -- \

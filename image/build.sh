@@ -126,7 +126,7 @@ mnt_c=$(buildah from "$image")
 trap 'buildah umount "$mnt_c" >/dev/null 2>&1; buildah rm "$mnt_c" >/dev/null 2>&1 || true' EXIT
 root=$(buildah mount "$mnt_c")
 chroot=$(command -v chroot)
-got=$(chroot --userspec=10001:10001 "$root" /usr/local/bin/likes --version)
+got=$(env -i "$chroot" --userspec=10001:10001 "$root" /usr/local/bin/likes --version)
 say "rootfs: likes --version -> $(tr '\n' ' ' <<<"$got")"
 version_ok "$got" || exit 1
 env -i "${vars[@]}" HOME=/data "$chroot" --userspec=10001:10001 "$root" /usr/local/bin/likes migrate \

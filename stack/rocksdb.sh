@@ -26,7 +26,7 @@ say() { printf 'rocksdb: %s\n' "$*" >&2; }
 die() { printf 'rocksdb: error: %s\n' "$*" >&2; exit 1; }
 
 libc=gnu
-if ldd --version 2>&1 | grep -qi musl; then libc=musl; fi
+case "$(ldd --version 2>&1 || true)" in *musl* | *MUSL*) libc=musl ;; esac
 case "$(uname -s)-$(uname -m)-$libc" in
   Linux-x86_64-gnu) member=librocksdbjni-linux64.so ;;
   Linux-x86_64-musl) member=librocksdbjni-linux64-musl.so ;;

@@ -71,7 +71,9 @@ async fn the_relay_never_publishes_a_version_no_request_produced() {
     let want: BTreeMap<String, i64> = [("item-1".to_string(), 1)].into();
     let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
     assert_eq!(have, want);
-    likes::runtime::clock::advance(topology.dedupe_ttl + Duration::from_secs(2)); // past the horizon now
+    // Past the horizon now; the clock goes back at the end of the test, pass or fail.
+    let _later =
+        likes::runtime::clock::advance_for_now(topology.dedupe_ttl + Duration::from_secs(2));
 
     // A no-op like (already liked) whose outbox entry is left behind.
     fail::cfg("api-before-outbox-clear", "return").unwrap();
@@ -149,7 +151,9 @@ async fn an_expired_like_flipped_around_a_lost_publish_is_counted_once() {
     let both: BTreeMap<String, i64> = [("item-1".to_string(), 1), ("item-2".to_string(), 1)].into();
     let have = fx::wait_for_counts(&mut run, &settings, &both, Duration::from_secs(60)).await;
     assert_eq!(have, both);
-    likes::runtime::clock::advance(topology.dedupe_ttl + Duration::from_secs(2)); // both past the horizon now
+    // Both past the horizon now; the clock goes back at the end of the test, pass or fail.
+    let _later =
+        likes::runtime::clock::advance_for_now(topology.dedupe_ttl + Duration::from_secs(2));
 
     // ann: the unlike's publish is lost, the like again is published.
     fail::cfg("api-after-flip-before-produce", "return").unwrap();

@@ -81,7 +81,10 @@ async fn writes_are_answered_through_a_broker_outage_and_counts_converge_after()
             if st == 200 && body["liked"] == true {
                 break;
             }
-            assert!(Instant::now() < deadline, "burst-{i}: its flip never showed");
+            assert!(
+                Instant::now() < deadline,
+                "burst-{i}: its flip never showed"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         burst.push(write);

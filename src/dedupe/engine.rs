@@ -53,18 +53,34 @@ fn version_line(options: &str) -> Option<&str> {
         .map(str::trim)
 }
 
-/// The shared library RocksDB was loaded from, if it is one (Linux: /proc/self/maps).
+extern "C" {
+    /// Any symbol of RocksDB's C API: where it lives says where RocksDB was loaded from.
+    fn rocksdb_options_create() -> *mut std::ffi::c_void;
+}
+
+/// The shared library RocksDB was loaded from, if it is one: asked of the dynamic loader
+/// (`dladdr`), which needs no /proc (the image's smoke run may be a chroot without it).
 fn loaded_from() -> Option<PathBuf> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| {
-            Path::new(p)
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("librocksdb"))
-        })
-        .map(PathBuf::from)
+    let symbol = rocksdb_options_create as *const std::ffi::c_void;
+    // SAFETY: dladdr only reads the loader's tables for this address and fills `info`, which
+    // is plain data; dli_fname, when set, is a NUL-terminated string the loader owns for the
+    // life of the process.
+    let name = unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(symbol, &mut info) == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        std::ffi::CStr::from_ptr(info.dli_fname)
+            .to_string_lossy()
+            .into_owned()
+    };
+    let path = PathBuf::from(name);
+    let is_library = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("librocksdb"));
+    // The loader's path may go through the rpath's `$ORIGIN/..`: show where it leads.
+    is_library.then(|| path.canonicalize().unwrap_or(path))
 }
 
 #[cfg(test)]

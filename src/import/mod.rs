@@ -415,7 +415,11 @@ fn save(
     state.save(ck)?;
     // A test holds the import here, once part of the file is checkpointed, to kill it halfway
     // on any box (a fast one otherwise finished the file before the kill).
-    fail::fail_point!("import-after-checkpoint", ck.rows_done > 0 && !ck.finished, |_| Ok(()));
+    fail::fail_point!(
+        "import-after-checkpoint",
+        ck.rows_done > 0 && !ck.finished,
+        |_| Ok(())
+    );
     Ok(())
 }
 

@@ -39,3 +39,24 @@ fn skew_from_env() {
 pub fn advance(by: std::time::Duration) {
     SKEW_MS.fetch_add(by.as_millis() as i64, Ordering::Relaxed);
 }
+
+/// Moves this process's clock forward by `by` until the returned guard is dropped, which moves
+/// it back: a test binary whose next test connects to Cassandra (whose start check refuses a
+/// clock 30 s off) must get its clock back whether this test passes or fails. Test builds only.
+#[cfg(any(test, feature = "failpoints"))]
+#[must_use = "the clock goes back when the guard is dropped"]
+pub fn advance_for_now(by: std::time::Duration) -> Advanced {
+    advance(by);
+    Advanced(by)
+}
+
+/// See [`advance_for_now`].
+#[cfg(any(test, feature = "failpoints"))]
+pub struct Advanced(std::time::Duration);
+
+#[cfg(any(test, feature = "failpoints"))]
+impl Drop for Advanced {
+    fn drop(&mut self) {
+        SKEW_MS.fetch_sub(self.0.as_millis() as i64, Ordering::Relaxed);
+    }
+}

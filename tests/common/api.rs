@@ -131,7 +131,10 @@ pub fn all_like_events(settings: &likes::config::Settings, topic: &str) -> Vec<L
         if let Some(m) = c.poll(Duration::from_millis(200)) {
             let m = m.unwrap();
             out.push(LikeEvent::decode(m.payload().unwrap()).unwrap());
-            if todo.get(&m.partition()).is_some_and(|&high| m.offset() + 1 >= high) {
+            if todo
+                .get(&m.partition())
+                .is_some_and(|&high| m.offset() + 1 >= high)
+            {
                 todo.remove(&m.partition());
             }
         }

@@ -338,79 +338,69 @@ fn positions(settings: &Settings, group: &str, topic: &str) -> Vec<(i32, Option<
         .collect()
 }
 
-/// Where a consumer's position can reach in `partition` of a transactional topic whose end
-/// is `high`: a commit marker at `high - 1` is never delivered, so a position stops before
-/// it; a record there is delivered and passed.
-fn reachable_end(settings: &Settings, topic: &str, partition: i32, high: i64) -> i64 {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::{Offset, TopicPartitionList};
-    if high == 0 {
-        return 0;
-    }
-    let mut config = kafka::client_config(&settings.kafka);
-    config
-        .set("group.id", "likes-test-probe")
-        .set("isolation.level", "read_committed")
-        .set("enable.auto.commit", "false");
-    let c: BaseConsumer = config.create().unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Offset(high - 1))
-        .unwrap();
-    c.assign(&tpl).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while std::time::Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            use rdkafka::Message as _;
-            if m.offset() == high - 1 {
-                return high;
-            }
-        }
-    }
-    high - 1
+/// Each partition's end offset of `topic`, now.
+pub async fn ends(settings: &Settings, topic: &str) -> Vec<(i32, i64)> {
+    let (s, t) = (settings.clone(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        // Any group: only the ends are read.
+        positions(&s, "likes-test-ends", &t)
+            .into_iter()
+            .map(|(p, _, high)| (p, high))
+            .collect()
+    })
+    .await
+    .unwrap()
 }
 
-/// Waits until `group` has read `topic` to its end, for at most `timeout`, instead of running
-/// the stages for a fixed time a slow box may not meet. `transactional`: the topic is written
-/// in transactions (as well as by plain producers), so a partition's end may be a commit
-/// marker no consumer position passes (`reachable_end`).
-pub async fn wait_caught_up(
+/// Waits until `group`'s committed offset in every partition of `topic` is at least the
+/// given end, for at most `timeout`: the stages are run until they have read their input,
+/// however long the box takes, instead of for a fixed time a slow box may not meet.
+///
+/// Stage 1 commits the offset after its last event, so its group reaches the events' end.
+/// Stage 2 commits the first offset of its open window, and stage 1's ticks keep opening
+/// windows, so its group never reaches the deltas' end while stage 1 runs; it passes an end
+/// taken earlier (after stage 1 caught up) once the window holding it closes.
+pub async fn wait_committed_past(
     settings: &Settings,
     group: &str,
     topic: &str,
-    transactional: bool,
+    ends: &[(i32, i64)],
     timeout: Duration,
 ) {
     let deadline = std::time::Instant::now() + timeout;
-    let mut ends: BTreeMap<(i32, i64), i64> = BTreeMap::new();
+    let want: BTreeMap<i32, i64> = ends.iter().copied().collect();
     loop {
         // Blocking client calls, off the runtime the stages under test share.
         let (s, g, t) = (settings.clone(), group.to_string(), topic.to_string());
         let now = tokio::task::spawn_blocking(move || positions(&s, &g, &t))
             .await
             .unwrap();
-        let mut done = true;
-        for &(p, committed, high) in &now {
-            let end = match ends.get(&(p, high)) {
-                Some(&e) => e,
-                None if !transactional => high,
-                None => {
-                    let (s, t) = (settings.clone(), topic.to_string());
-                    let e = tokio::task::spawn_blocking(move || reachable_end(&s, &t, p, high))
-                        .await
-                        .unwrap();
-                    ends.insert((p, high), e);
-                    e
-                }
-            };
-            done &= committed.unwrap_or(0) >= end;
-        }
-        if done {
+        let behind: Vec<_> = now
+            .iter()
+            .filter(|(p, committed, _)| committed.unwrap_or(0) < want.get(p).copied().unwrap_or(0))
+            .map(|(p, committed, _)| (*p, *committed, want.get(p).copied().unwrap_or(0)))
+            .collect();
+        if behind.is_empty() {
             return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "group {group} has not read {topic} to its end in {timeout:?}: (partition, committed, end) {now:?}"
+            "group {group} has not read {topic} past the ends in {timeout:?}: (partition, committed, end) {behind:?}"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Waits until stage 1 has read every event there is and stage 2 every delta stage 1 wrote
+/// for them (two minutes each at most): what a test that runs the stages "until done" needs.
+pub async fn wait_stages_done(settings: &Settings, topology: &Topology) {
+    let events = settings.topic(&topology.topics.events.name);
+    let deltas = settings.topic(&topology.topics.deltas.name);
+    let limit = Duration::from_secs(120);
+    let events_end = ends(settings, &events).await;
+    let dedupe = settings.group(&topology.groups.dedupe);
+    wait_committed_past(settings, &dedupe, &events, &events_end, limit).await;
+    let deltas_end = ends(settings, &deltas).await;
+    let count = settings.group(&topology.groups.count);
+    wait_committed_past(settings, &count, &deltas, &deltas_end, limit).await;
 }

@@ -60,15 +60,7 @@ async fn run_to_end(
     topology: &Topology,
 ) -> (BTreeMap<String, i64>, likes::dedupe::DedupeStats) {
     let mut run = fx::start(settings, topology);
-    let events = settings.topic(&topology.topics.events.name);
-    let deltas = settings.topic(&topology.topics.deltas.name);
-    let (dedupe, count) = (
-        settings.group(&topology.groups.dedupe),
-        settings.group(&topology.groups.count),
-    );
-    let limit = Duration::from_secs(120);
-    fx::wait_caught_up(settings, &dedupe, &events, false, limit).await;
-    fx::wait_caught_up(settings, &count, &deltas, true, limit).await;
+    fx::wait_stages_done(settings, topology).await;
     run.check().await;
     let (d, _) = run.stop().await;
     (fx::nonzero(&fx::counts(settings).await), d)
@@ -189,7 +181,8 @@ async fn flips_after_the_horizon_count_from_the_counted_baseline() {
         settings.group(&topology.groups.dedupe),
         settings.topic(&topology.topics.events.name),
     );
-    fx::wait_caught_up(&settings, &group, &events, false, Duration::from_secs(120)).await;
+    let end = fx::ends(&settings, &events).await;
+    fx::wait_committed_past(&settings, &group, &events, &end, Duration::from_secs(120)).await;
     run.check().await;
     let (d, _) = run.stop().await;
     let after = fx::nonzero(&fx::counts(&settings).await);

@@ -140,7 +140,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         assert!(out.contains("offset 0"), "{out}");
     }
     let run = fx::start(&settings, &topology);
-    wait_replayed(&settings, &topology, &groups).await;
+    wait_replayed(&settings, &topology).await;
     let (d2, c2) = run.stop().await;
     assert_eq!(
         fx::nonzero(&fx::counts(&settings).await),
@@ -184,7 +184,7 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
         eprintln!("{out}");
     }
     let run = fx::start(&settings, &topology);
-    wait_replayed(&settings, &topology, &groups).await;
+    wait_replayed(&settings, &topology).await;
     let (d3, c3) = run.stop().await;
     assert_eq!(
         fx::nonzero(&fx::counts(&settings).await),
@@ -217,10 +217,6 @@ async fn scripted_stream_counts_exactly_and_replay_changes_nothing() {
 
 /// Waits until both stages have read their input to its end after a replay (stage 1 the
 /// events, stage 2 the deltas), however long the box takes, up to two minutes each.
-async fn wait_replayed(settings: &Settings, topology: &Topology, groups: &[String; 2]) {
-    let events = settings.topic(&topology.topics.events.name);
-    let deltas = settings.topic(&topology.topics.deltas.name);
-    let limit = Duration::from_secs(120);
-    fx::wait_caught_up(settings, &groups[0], &events, false, limit).await;
-    fx::wait_caught_up(settings, &groups[1], &deltas, true, limit).await;
+async fn wait_replayed(settings: &Settings, topology: &Topology) {
+    fx::wait_stages_done(settings, topology).await;
 }
