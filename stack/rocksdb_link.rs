@@ -22,7 +22,9 @@ pub fn link() {
     let lib = Path::new(&dir).join("librocksdb.so");
     println!("cargo:rerun-if-changed={}", lib.display());
     let Ok(lib) = lib.canonicalize() else {
-        panic!(
+        // A message and an exit, not a panic: the person reading it needs the command, not a
+        // backtrace of this script.
+        eprintln!(
             "\n\nRocksDB's prebuilt library is not at {}.\n\
              Fetch it once (Maven Central's rocksdbjni, cached in ~/.cache/likes/rocksdb):\n\n    \
              stack/rocksdb.sh\n\n\
@@ -30,6 +32,7 @@ pub fn link() {
              source instead (15+ minutes), set ROCKSDB_COMPILE=1. See docs/building.md.\n",
             lib.display()
         );
+        std::process::exit(1);
     };
     let cached = lib.parent().expect("a file has a parent directory");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", cached.display());
