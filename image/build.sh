@@ -52,10 +52,10 @@ buildah inspect --type image --format '  user {{.OCIv1.Config.User}}, entrypoint
 
 # --- smoke run -----------------------------------------------------------------------------
 # `likes --version`: the binary's version, then the RocksDB it loaded, from where the image
-# puts it (the rpath's installed layout, not the builder's cache).
+# puts it (/usr/lib, image/rootfs.sh), not the builder's cache.
 rocksdb_version=$(cat "$(stack/rocksdb.sh --dir)/VERSION")
 version_ok() {
-  local want1="likes $version" want2="RocksDB $rocksdb_version (/usr/local/lib/likes/librocksdb.so)"
+  local want1="likes $version" want2="RocksDB $rocksdb_version (/usr/lib/librocksdb.so)"
   [[ "$(sed -n 1p <<<"$1")" == "$want1" && "$(sed -n 2p <<<"$1")" == "$want2" ]] && return 0
   say "expected '$want1' then '$want2'"
   return 1

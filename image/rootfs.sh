@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runtime root filesystem of the `likes` image, assembled from a built binary: the binary,
 # exactly the shared libraries it loads (from the builder's Debian; RocksDB's from
-# stack/rocksdb.sh, in /usr/local/lib/likes), CA certificates, and a non-root user. Nothing else: no shell, no package manager.
+# stack/rocksdb.sh, in /usr/lib), CA certificates, and a non-root user. Nothing else: no shell, no package manager.
 #
 #   image/rootfs.sh BINARY OUT
 #
@@ -26,9 +26,10 @@ done
 libs=$(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
 for lib in $libs; do
   case "$(basename "$lib")" in
-    # The prebuilt RocksDB (docs/building.md) sits where the binary's rpath looks when
-    # installed, $ORIGIN/../lib/likes, not at the builder's cache path.
-    librocksdb.so*) dest=/usr/local/lib/likes/$(basename "$lib") ;;
+    # The prebuilt RocksDB (docs/building.md), not at the builder's cache path but in /usr/lib,
+    # where the loader looks by default: the rpath's $ORIGIN needs /proc, which a chroot run
+    # of this root filesystem does not have.
+    librocksdb.so*) dest=/usr/lib/$(basename "$lib") ;;
     *) dest=$lib ;;
   esac
   mkdir -p "$out$(dirname "$dest")"
