@@ -137,7 +137,7 @@ impl EdgeStore {
         opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
         // Said, not defaulted: RocksDB's default is Snappy where Snappy is linked, none where it
         // is not. The bundled build links no Snappy, so stage 1 always ran uncompressed; the
-        // prebuilt library links it, and the default made its restores 0.75x as fast (make
+        // prebuilt library links it, and the default made its restores 0.76x as fast (make
         // bench-rocksdb). Uncompressed keeps every build the same store (docs/building.md).
         opts.set_compression_type(rocksdb::DBCompressionType::None);
         // Most lookups are of edges never seen (first likes): a memtable bloom filter answers
