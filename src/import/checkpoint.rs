@@ -1,6 +1,6 @@
 //! Where an import stands, in its state directory (docs/adoption.md, "Resuming"):
 //! `checkpoint.json` (replaced atomically), `rejects.jsonl` (one line per rejected row, with
-//! its reason) and `items.txt` (the items the import wrote, for `likes reconcile
+//! its reason) and `items.txt` (every item with an accepted row, written or found already there, for `likes reconcile
 //! --items-from`). The checkpoint names the rows before which every row is settled and the
 //! length each side file had then, so a resumed run cuts the side files back to those
 //! lengths and redoes only rows after it (whose writes are conditional: redoing one

@@ -595,3 +595,91 @@ async fn an_export_in_parts_imports_part_by_part_and_resumes_after_the_parts_don
     );
     run.check().await;
 }
+
+/// Issue 43, hole 1: an item-sorted file (each item's rows together, as a `GROUP BY item`
+/// export writes them), killed after rows were settled but before the checkpoint that
+/// counts them. Resumed, those rows come back as already imported; every item they held
+/// must still reach items.txt, or `likes reconcile --items-from` never counts its likes.
+/// Fail points make the moment exact on any box: a checkpoint after every chunk, and the
+/// third held after its chunk was written and before it was saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_item_sorted_import_killed_between_checkpoints_lists_every_item() {
+    const ITEMS: usize = 800;
+    const PER_ITEM: usize = 5;
+    let (settings, _topology, app, _client) = api::serve_with("import_sorted", quick).await;
+    let mut run = fx::start(&settings, &_topology);
+    let now = likes::runtime::clock::now_ms();
+    let mut csv = String::from("item_id,user_id,liked,liked_at\n");
+    let mut want = BTreeMap::new();
+    for i in 0..ITEMS {
+        let item = format!("sorted-{i:04}");
+        for u in 0..PER_ITEM {
+            csv.push_str(&format!("{item},su-{u},true,{}\n", now - 40 * DAY));
+        }
+        want.insert(item, PER_ITEM as i64);
+    }
+    let dir = std::env::temp_dir().join(likes_support::names::unique("import-sorted"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("likes.csv");
+    std::fs::write(&path, &csv).unwrap();
+    let state = dir.join("state");
+    let e = env(&settings, &[]);
+
+    let mut job = std::process::Command::new(env!("CARGO_BIN_EXE_likes"))
+        .args(["import", path.to_str().unwrap(), "--state-dir"])
+        .arg(&state)
+        .args(["--window", "512", "--concurrency", "4"])
+        .envs(e.iter().map(|(k, v)| (*k, v.as_str())))
+        .env(
+            "FAILPOINTS",
+            "import-checkpoint-each-chunk=return;import-before-checkpoint=2*off->sleep(600000)",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Held at the third save: two chunks checkpointed, the third written and not yet counted.
+    let items_file = state.join("items.txt");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let saved = checkpoint(&state).map_or(0, |c| c["rows_done"].as_u64().unwrap());
+        let listed = std::fs::read_to_string(&items_file).map_or(0, |s| s.len() as u64);
+        let counted = checkpoint(&state).map_or(0, |c| c["items_len"].as_u64().unwrap());
+        if saved == 2 * likes::import::CHUNK as u64 && listed > counted {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never held at the third save"
+        );
+        assert!(
+            job.try_wait().unwrap().is_none(),
+            "the import ended before the kill"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    job.kill().unwrap(); // SIGKILL
+    job.wait().unwrap();
+
+    let (ok, out, err) = import(&path, &state, &e);
+    assert!(ok && out.contains("resumed after row"), "{out}\n{err}");
+    let listed: std::collections::BTreeSet<String> = std::fs::read_to_string(&items_file)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let missing: Vec<&String> = want.keys().filter(|i| !listed.contains(*i)).collect();
+    assert!(
+        missing.is_empty(),
+        "items.txt lacks {} of {ITEMS} items, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+
+    // The documented next step then counts every imported like.
+    reconcile_imported(&state, &e);
+    assert_eq!(fx::nonzero(&truth(&app).await), want);
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(90)).await;
+    assert_eq!(have, want, "the counts equal the imported likes");
+    run.check().await;
+}
