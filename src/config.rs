@@ -97,7 +97,8 @@ pub struct ApiSettings {
     #[serde(with = "humantime_serde")]
     pub relay_interval: Duration,
     /// Outbox entries younger than this belong to requests in flight; the relay leaves them.
-    /// Must exceed `write_deadline` + `cql.request_timeout` (checked at start).
+    /// Must exceed `write_deadline` + `cql.request_timeout` + 2 × `cql.max_clock_skew`
+    /// (checked at start).
     #[serde(with = "humantime_serde")]
     pub relay_min_age: Duration,
     /// A write that has not finished this long after it started fails with 503; the
@@ -168,6 +169,14 @@ pub struct CqlSettings {
     pub keyspace: String,
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// How far this host's clock may be from the database's (docs/exactness.md, "The clock
+    /// bound"): checked at connect and every `clock_check_every`; twice it must fit in the
+    /// relay's margin (checked at start).
+    #[serde(with = "humantime_serde")]
+    pub max_clock_skew: Duration,
+    /// How often the API and the relay check their clock again while they run (0s: never).
+    #[serde(with = "humantime_serde")]
+    pub clock_check_every: Duration,
     pub replication: Replication,
     /// The datacenter of this process's region: requests go to its nodes only, and
     /// `LOCAL_*` consistencies mean it (docs/multi-region.md). Unset: any node, for a
@@ -282,11 +291,15 @@ impl Settings {
         }
         // A request abandoned at its deadline may still have a CAS in flight for one CQL
         // timeout; the relay must not read the edge before that has landed or died.
-        let in_flight = self.api.write_deadline + self.cql.request_timeout;
+        // Two hosts each within cql.max_clock_skew of the database may be twice that apart:
+        // the writer that stamped an entry behind, the relay that judges its age ahead.
+        let in_flight =
+            self.api.write_deadline + self.cql.request_timeout + self.cql.max_clock_skew * 2;
         if self.api.relay_min_age <= in_flight {
             return bad(format!(
-                "api.relay_min_age ({:?}) must exceed api.write_deadline + cql.request_timeout ({:?}): \
-                 the relay would take the outbox entry of a request still in flight",
+                "api.relay_min_age ({:?}) must exceed api.write_deadline + cql.request_timeout + \
+                 2 × cql.max_clock_skew ({:?}): the relay would take the outbox entry of a \
+                 request still in flight",
                 self.api.relay_min_age, in_flight
             ));
         }
@@ -468,6 +481,22 @@ mod tests {
             jail.set_env("LIKES__API__RELAY_MIN_AGE", "12s");
             let err = Settings::load(None).unwrap_err().to_string();
             assert!(err.contains("api.relay_min_age"), "{err}");
+            Ok(())
+        });
+    }
+
+    /// Issue 43, hole 2: two hosts each within the bound may be twice it apart, and the
+    /// relay's margin must hold for that too.
+    #[test]
+    fn the_relay_margin_covers_twice_the_clock_bound() {
+        figment::Jail::expect_with(|jail| {
+            // 5 s + 10 s + 2 × 2 s = 19 s < 20 s: the defaults hold.
+            Settings::load(None).unwrap();
+            jail.set_env("LIKES__CQL__MAX_CLOCK_SKEW", "3s");
+            let err = Settings::load(None).unwrap_err().to_string();
+            assert!(err.contains("2 × cql.max_clock_skew"), "{err}");
+            jail.set_env("LIKES__API__RELAY_MIN_AGE", "22s");
+            Settings::load(None).unwrap();
             Ok(())
         });
     }

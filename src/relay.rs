@@ -46,6 +46,9 @@ pub struct Relay {
     /// With home regions, the relay publishes only the items its region homes; another
     /// region's entries are its relay's (docs/multi-region.md).
     pub routes: Option<Routes>,
+    /// This host's clock against the database's: entries are judged old by it.
+    pub clock: crate::cql::clock::ClockWatch,
+    pub max_clock_skew: Duration,
 }
 
 impl Relay {
@@ -53,6 +56,7 @@ impl Relay {
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Self> {
         let session = cql::connect(&settings.cql).await?;
         crate::store::recorded::check_buckets(&session, &settings.cql.keyspace, topology).await?;
+        cql::clock::check(&session, settings.cql.max_clock_skew).await?;
         let events = Events::connect(settings, topology)?;
         let routes = Routes::for_process(&session, settings).await?;
         Self::prepare(session, events, routes, settings, topology).await
@@ -69,7 +73,13 @@ impl Relay {
         let ks = &settings.cql.keyspace;
         Ok(Self {
             outbox: Outbox::prepare(session.clone(), ks).await?,
-            edges: Edges::prepare(session, ks).await?,
+            edges: Edges::prepare(session.clone(), ks).await?,
+            clock: cql::clock::ClockWatch::spawn(
+                session,
+                settings.cql.max_clock_skew,
+                settings.cql.clock_check_every,
+            ),
+            max_clock_skew: settings.cql.max_clock_skew,
             events,
             buckets: topology.buckets,
             routes,
@@ -91,12 +101,17 @@ pub struct Pass {
 /// A write puts its outbox entry within its own timeouts of the time its minute is taken
 /// from; a minute that ended longer ago than this takes no new entry, so once it is empty
 /// the floor may move past it for good.
-// Writers refuse to start more than 30 s off the database clock (cql::check_clock), well
-// inside this margin.
+// Every writer and relay is within cql.max_clock_skew of the database's clock (cql/clock.rs),
+// a few seconds, well inside this margin.
 const SETTLE_MS: i64 = 120_000;
 
 /// One pass over every outbox shard, from its floor minute to the newest minute old enough.
 pub async fn pass(relay: &Relay, min_age: Duration) -> Result<Pass> {
+    // Judged by a clock past the bound, an entry of a request still in flight could look
+    // old enough to delete unpublished (docs/exactness.md, "The clock bound").
+    if let Some(why) = relay.clock.refusal(relay.max_clock_skew) {
+        return Err(why);
+    }
     let now = now_ms();
     let cutoff = now - min_age.as_millis() as i64;
     let last = outbox_minute(cutoff);

@@ -58,7 +58,11 @@ async fn the_relay_never_publishes_a_version_no_request_produced() {
     use reqwest::StatusCode;
 
     let _turn = FAILPOINTS.lock().await;
-    let (settings, mut topology, _app, client) = api::serve("relaynoop").await;
+    let (settings, mut topology, _app, client) = api::serve_with("relaynoop", |s| {
+        // The clock is moved to pass the horizon: the watch would take that for a step.
+        s.cql.clock_check_every = Duration::ZERO;
+    })
+    .await;
     // The relay as `likes relay` runs it: its own connections, no API session key.
     let relay_alone = Relay::connect(&settings, &topology).await.unwrap();
     // The horizon passes by moving the process's clock (every part reads it), not by waiting:
@@ -139,7 +143,11 @@ async fn an_expired_like_flipped_around_a_lost_publish_is_counted_once() {
     use reqwest::StatusCode;
 
     let _turn = FAILPOINTS.lock().await;
-    let (settings, mut topology, _app, client) = api::serve("pasthorizon").await;
+    let (settings, mut topology, _app, client) = api::serve_with("pasthorizon", |s| {
+        // The clock is moved to pass the horizon: the watch would take that for a step.
+        s.cql.clock_check_every = Duration::ZERO;
+    })
+    .await;
     // The horizon passes by moving the process's clock, not by waiting (see above).
     topology.dedupe_ttl = Duration::from_secs(120);
     let relay_alone = Relay::connect(&settings, &topology).await.unwrap();

@@ -93,7 +93,9 @@ impl From<crate::write::WriteError> for ApiError {
         match e {
             W::KeyReused => ApiError::KeyReused,
             W::Erased { .. } => ApiError::Forbidden(e.to_string()),
-            W::RetryWithSameKey(_) | W::RangeClosed(_) => ApiError::Unavailable(e.to_string()),
+            W::RetryWithSameKey(_) | W::RangeClosed(_) | W::ClockOff(_) => {
+                ApiError::Unavailable(e.to_string())
+            }
             W::NotHome { .. } => ApiError::NotHome(e.to_string()),
             W::Dependency(e) => e.into(),
         }

@@ -2,6 +2,7 @@
 //!
 //! Only CQL that both Apache Cassandra (dev, CI) and ScyllaDB (production) accept is used.
 
+pub mod clock;
 pub mod tables;
 
 use std::sync::Arc;
@@ -55,39 +56,6 @@ pub async fn connect(settings: &CqlSettings) -> Result<Arc<Session>> {
         .build()
         .await?;
     Ok(Arc::new(session))
-}
-
-/// How far this host's clock may be from the database's: a writer stamps outbox entries in
-/// the minute of its own clock, and the relay moves its floor past minutes two minutes old by
-/// its clock (relay.rs, SETTLE_MS). A host further off could put an entry below the floor,
-/// where no pass would find it (issue 23, item 8).
-pub const MAX_CLOCK_SKEW_MS: i64 = 30_000;
-
-/// Refuses to start a writer whose clock is more than [`MAX_CLOCK_SKEW_MS`] off the
-/// database's (measured against `now()` of the coordinator, round trip taken into account).
-pub async fn check_clock(session: &Session) -> Result<()> {
-    let before = crate::runtime::clock::now_ms();
-    let rows = session
-        .query_unpaged("SELECT toTimestamp(now()) FROM system.local", ())
-        .await?
-        .into_rows_result()?;
-    let after = crate::runtime::clock::now_ms();
-    let Some((Some(db),)) = rows.maybe_first_row::<(Option<scylla::value::CqlTimestamp>,)>()?
-    else {
-        return Ok(());
-    };
-    let skew = db.0 - (before + after) / 2;
-    if skew.abs() > MAX_CLOCK_SKEW_MS + (after - before) {
-        return Err(crate::error::Error::Config(format!(
-            "this host's clock is {skew} ms off the database's (more than {MAX_CLOCK_SKEW_MS} ms): \
-             outbox entries stamped by it could fall below the relay's floor and never be \
-             published. Fix the host's time sync (NTP)"
-        )));
-    }
-    if skew.abs() > 1000 {
-        tracing::warn!(skew_ms = skew, "this host's clock is off the database's");
-    }
-    Ok(())
 }
 
 /// The column names of a result, in order (conditional writes answer with `[applied]` and

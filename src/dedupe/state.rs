@@ -296,9 +296,16 @@ fn unsynced() -> WriteOptions {
 mod tests {
     use super::*;
 
+    /// A directory of its own: two tests starting in the same millisecond once shared one,
+    /// and the second failed on RocksDB's lock.
     fn tmp() -> std::path::PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("likes-state-{}-{}", std::process::id(), now_ms()));
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!(
+            "likes-state-{}-{}-{n}",
+            std::process::id(),
+            now_ms()
+        ));
         std::fs::create_dir_all(&d).unwrap();
         d
     }

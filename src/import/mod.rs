@@ -437,6 +437,8 @@ async fn connect(
     concurrency: usize,
 ) -> Result<ChunkWriter> {
     let session = crate::cql::connect(&settings.cql).await?;
+    // Rows are shaped against this host's clock (the dedupe horizon's floor, `row::Shape`).
+    crate::cql::clock::check(&session, settings.cql.max_clock_skew).await?;
     let ks = &settings.cql.keyspace;
     // Buckets as the keyspace records them: an edge in the wrong bucket is a lost edge.
     crate::store::recorded::check_buckets(&session, ks, topology).await?;

@@ -175,6 +175,8 @@ impl Pipeline {
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Self> {
         let session = crate::cql::connect(&settings.cql).await?;
         crate::store::recorded::check(&session, &settings.cql.keyspace, topology).await?;
+        // The cut waits api.relay_min_age past K by this host's clock.
+        crate::cql::clock::check(&session, settings.cql.max_clock_skew).await?;
         let ks = &settings.cql.keyspace;
         let stores = Stores::prepare(&session, ks).await?;
         let histories = EdgeHistories::prepare(session.clone(), ks).await?;

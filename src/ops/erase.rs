@@ -286,8 +286,9 @@ fn unlike_error(e: WriteError, item: &str, id: &str) -> Error {
         WriteError::RetryWithSameKey(m) => {
             Error::CqlTransient(format!("unliking {item} for erasure {id}: {m}"))
         }
-        // A range moving, or this region's view of the range table past its lease: soon.
-        WriteError::RangeClosed(m) => {
+        // A range moving, this region's view of the range table past its lease, or this
+        // host's clock off until it is back: later.
+        WriteError::RangeClosed(m) | WriteError::ClockOff(m) => {
             Error::CqlTransient(format!("unliking {item} for erasure {id}: {m}"))
         }
         // Neither can happen to an operator's unlike (its keys are its own, and the erasure

@@ -33,6 +33,8 @@ use super::reconcile::ReconcileReport;
 
 async fn connect(settings: &Settings) -> Result<(Arc<Session>, Ranges)> {
     let session = crate::cql::connect(&settings.cql).await?;
+    // A move stamps when it started and waits out its fence by this host's clock.
+    crate::cql::clock::check(&session, settings.cql.max_clock_skew).await?;
     let ranges = Ranges::prepare(
         session.clone(),
         &settings.cql.keyspace,

@@ -96,6 +96,9 @@ pub const API_SHED: &str = "likes_api_writes_shed_total";
 pub const RELAY_PUBLISHED: &str = "likes_relay_published_total";
 /// Relay: passes over the outbox (label `outcome`: ok, error).
 pub const RELAY_PASSES: &str = "likes_relay_passes_total";
+/// This host's clock minus the database's, ms, as last measured (cql/clock.rs): past
+/// `cql.max_clock_skew`, the API refuses writes and the relay skips its passes.
+pub const CLOCK_SKEW: &str = "likes_clock_skew_ms";
 /// Consumer lag in records, per stage (label `stage`).
 pub const CONSUMER_LAG: &str = "likes_consumer_lag_records";
 /// Stages started over in-process after a dependency's error (label `stage`).
@@ -257,6 +260,10 @@ fn describe() {
         "Events the relay published for flips whose produce failed"
     );
     describe_counter!(RELAY_PASSES, "Relay passes over the outbox, by outcome");
+    describe_gauge!(
+        CLOCK_SKEW,
+        "this host's clock minus the database's, ms, as last measured; past cql.max_clock_skew writes and relay passes are refused"
+    );
     describe_histogram!(
         API_REQUEST_SECONDS,
         "API request duration by route and method, seconds"

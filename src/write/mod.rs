@@ -73,6 +73,10 @@ pub enum WriteError {
         home: String,
         region: String,
     },
+    /// This host's clock is off the database's past `cql.max_clock_skew` (cql/clock.rs): it
+    /// stamps nothing until it is back; retry shortly (another pod may take it).
+    #[error("this pod's clock is off: {0}")]
+    ClockOff(String),
     /// No write of the item may start here now (a range moving here, or a view of the range
     /// table past its lease); retry shortly.
     #[error("writes of this item are closed here for now: {0}")]
@@ -153,6 +157,9 @@ pub struct Writer {
     clears: clears::Clears,
     /// Whether an account was erased, asked for many writes at once.
     erased_check: erased_check::ErasedCheck,
+    /// This host's clock against the database's, checked again while the writer runs.
+    clock: crate::cql::clock::ClockWatch,
+    max_clock_skew: Duration,
 }
 
 impl Writer {
@@ -162,12 +169,12 @@ impl Writer {
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<(Self, Arc<Session>)> {
         let session = crate::cql::connect(&settings.cql).await?;
         crate::store::recorded::check_buckets(&session, &settings.cql.keyspace, topology).await?;
-        crate::cql::check_clock(&session).await?;
+        crate::cql::clock::check(&session, settings.cql.max_clock_skew).await?;
         let store = Arc::new(Stores::prepare(&session, &settings.cql.keyspace).await?);
         store.outbox.init_floors().await?;
         let routes = Routes::for_process(&session, settings).await?;
         // A refusal's series exist from the start, so a rule's increase() sees the first one.
-        for reason in ["not_home", "range_closed"] {
+        for reason in ["not_home", "range_closed", "clock_off"] {
             metrics::counter!("likes_api_writes_refused_total", "reason" => reason).increment(0);
         }
         for reason in ["timeout", "error"] {
@@ -183,6 +190,12 @@ impl Writer {
             routes,
             clears: clears::Clears::spawn(store.clone()),
             erased_check: erased_check::ErasedCheck::spawn(store.clone()),
+            clock: crate::cql::clock::ClockWatch::spawn(
+                session.clone(),
+                settings.cql.max_clock_skew,
+                settings.cql.clock_check_every,
+            ),
+            max_clock_skew: settings.cql.max_clock_skew,
             store,
         };
         Ok((writer, session))
@@ -240,6 +253,14 @@ impl Writer {
                     return Err(WriteError::RangeClosed(why));
                 }
             }
+        }
+        // A clock past the bound would stamp an outbox entry the relay may judge stale while
+        // this request's compare-and-set is still in flight (docs/exactness.md, "The clock
+        // bound"): nothing is written until it is back.
+        if let Some(why) = self.clock.refusal(self.max_clock_skew) {
+            metrics::counter!("likes_api_writes_refused_total", "reason" => "clock_off")
+                .increment(1);
+            return Err(WriteError::ClockOff(why.to_string()));
         }
         // A range's flips are stamped no earlier than when it came home here: stage 1 leaves
         // the flips before that to the previous home (docs/multi-region.md).

@@ -34,12 +34,21 @@ pub fn settings(base: &str) -> Settings {
     let name = unique(base);
     s.cql.keyspace = name.clone();
     s.kafka.topic_prefix = format!("{name}.");
+    // One host: the clocks agree, and the tests' short in-flight bounds leave room for only
+    // a small bound (api.relay_min_age must exceed the deadline, one CQL timeout and twice it).
+    s.cql.max_clock_skew = std::time::Duration::from_millis(250);
     s
 }
 
 /// The environment that makes the `likes` binary use `settings`' keyspace and prefix.
 pub fn env_for(settings: &Settings) -> Vec<(&'static str, String)> {
-    likes_support::names::namespace_env(&settings.cql.keyspace, &settings.kafka.topic_prefix)
+    let mut e =
+        likes_support::names::namespace_env(&settings.cql.keyspace, &settings.kafka.topic_prefix);
+    e.push((
+        "LIKES__CQL__MAX_CLOCK_SKEW",
+        format!("{}ms", settings.cql.max_clock_skew.as_millis()),
+    ));
+    e
 }
 
 /// A loopback port nothing listens on now (for a child process to bind).

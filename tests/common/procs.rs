@@ -23,6 +23,10 @@ pub fn stage_env(settings: &Settings, audit: &std::path::Path) -> Vec<(String, S
     vec![
         ("LIKES__CQL__KEYSPACE".into(), settings.cql.keyspace.clone()),
         (
+            "LIKES__CQL__MAX_CLOCK_SKEW".into(),
+            format!("{}ms", settings.cql.max_clock_skew.as_millis()),
+        ),
+        (
             "LIKES__KAFKA__TOPIC_PREFIX".into(),
             settings.kafka.topic_prefix.clone(),
         ),

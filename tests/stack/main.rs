@@ -13,6 +13,7 @@ mod common;
 mod api_request_keys;
 mod api_write;
 mod cli_setup;
+mod clock_bound;
 mod cql_lwt;
 mod deploy_metrics;
 mod exactness_holes;
