@@ -31,7 +31,7 @@ use crate::runtime::shutdown::CancellationToken;
 use crate::schema::v1::Source;
 use crate::store::edges::Edges;
 use crate::store::events::Events;
-use crate::store::outbox::{outbox_minute, Outbox, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
+use crate::store::outbox::{outbox_minute, Named, Outbox, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
 use crate::topology::Topology;
 use crate::{cql, hash};
 
@@ -88,7 +88,7 @@ impl Relay {
 }
 
 /// What one pass did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Pass {
     /// Events published (one per edge with pending entries and a flip to publish).
     pub published: u64,
@@ -96,6 +96,10 @@ pub struct Pass {
     pub cleared: u64,
     /// Edges whose entries' requests changed nothing: entries deleted, nothing published.
     pub stale: u64,
+    /// (shard, minute) partitions this pass could not drain (their floor stays; the next
+    /// pass tries again), and the first one's error.
+    pub failed: u64,
+    pub first_error: Option<String>,
 }
 
 /// A write puts its outbox entry within its own timeouts of the time its minute is taken
@@ -106,6 +110,9 @@ pub struct Pass {
 const SETTLE_MS: i64 = 120_000;
 
 /// One pass over every outbox shard, from its floor minute to the newest minute old enough.
+/// A partition that fails (a broker away, a read past the tombstone threshold) is counted in
+/// `failed` and keeps its shard's floor; the pass goes on with the others (issue 43, hole 5:
+/// one unreadable partition stopped every shard after it).
 pub async fn pass(relay: &Relay, min_age: Duration) -> Result<Pass> {
     // Judged by a clock past the bound, an entry of a request still in flight could look
     // old enough to delete unpublished (docs/exactness.md, "The clock bound").
@@ -124,10 +131,16 @@ pub async fn pass(relay: &Relay, min_age: Duration) -> Result<Pass> {
         };
         let mut left = Vec::new();
         for minute in floor..=last {
-            left.push((
-                minute,
-                drain(relay, shard, minute, cutoff, &mut done).await?,
-            ));
+            let remaining = match drain(relay, shard, minute, cutoff, &mut done).await {
+                Ok(remaining) => remaining,
+                Err(e) => {
+                    done.failed += 1;
+                    done.first_error
+                        .get_or_insert_with(|| format!("shard {shard} minute {minute}: {e}"));
+                    usize::MAX
+                }
+            };
+            left.push((minute, remaining));
         }
         let next = next_floor(floor, &left, settled);
         if next > floor {
@@ -150,8 +163,9 @@ fn next_floor(floor: i64, left: &[(i64, usize)], settled: i64) -> i64 {
     next
 }
 
-/// Publishes and clears the due entries of one (shard, minute); returns how many entries may
-/// remain there (not yet due, or past this pass's read limit).
+/// Publishes and clears the due entries of one (shard, minute), page by page from clustering
+/// positions (a page never reads again the rows, or the tombstones, before it); returns how
+/// many entries remain there (not yet due, or another region's).
 async fn drain(
     relay: &Relay,
     shard: i32,
@@ -159,8 +173,38 @@ async fn drain(
     cutoff: i64,
     done: &mut Pass,
 ) -> Result<usize> {
-    let entries = relay.outbox.scan(shard, minute).await?;
-    let read = entries.len();
+    let mut remaining = 0;
+    let mut after: Option<Named> = None;
+    loop {
+        let entries = relay
+            .outbox
+            .scan_page(shard, minute, after.as_ref())
+            .await?;
+        let full = entries.len() >= OUTBOX_SCAN_LIMIT;
+        if let Some(e) = entries.last() {
+            after = Some(Named {
+                item: e.item.clone(),
+                user: e.user.clone(),
+                entry: e.entry.clone(),
+            });
+        }
+        remaining += drain_page(relay, shard, minute, cutoff, entries, done).await?;
+        if !full {
+            return Ok(remaining);
+        }
+    }
+}
+
+/// One page: each edge with due entries published (if a request of theirs flipped it), then
+/// those entries deleted; returns the entries left.
+async fn drain_page(
+    relay: &Relay,
+    shard: i32,
+    minute: i64,
+    cutoff: i64,
+    entries: Vec<crate::store::outbox::Entry>,
+    done: &mut Pass,
+) -> Result<usize> {
     // Edge → (the earliest write time of its due entries, those entries).
     let mut due: BTreeMap<(String, String), (i64, Vec<String>)> = BTreeMap::new();
     let mut young = 0;
@@ -175,6 +219,7 @@ async fn drain(
             young += 1;
         }
     }
+    let mut clear: Vec<Named> = Vec::new();
     for ((item, user), (written, entries)) in due {
         // Another region's item, or one whose range is closed here for now: left for the
         // relay of its home (after a move, the new home publishes the old home's leftovers,
@@ -201,19 +246,21 @@ async fn drain(
                 info!(%item, %user, op_id = edge.op_id, "relay published a pending event");
             }
         }
-        for entry in entries {
-            relay
-                .outbox
-                .delete((shard, minute), &item, &user, &entry)
-                .await?;
-            done.cleared += 1;
-        }
+        clear.extend(entries.into_iter().map(|entry| Named {
+            item: item.clone(),
+            user: user.clone(),
+            entry,
+        }));
     }
-    Ok(if read >= OUTBOX_SCAN_LIMIT {
-        read
-    } else {
-        young
-    })
+    let n = clear.len() as u64;
+    if n > 0 {
+        relay
+            .outbox
+            .delete_many(&BTreeMap::from([((shard, minute), clear)]))
+            .await?;
+        done.cleared += n;
+    }
+    Ok(young)
 }
 
 /// Runs passes every `every` until `stop`; a failed pass is logged and retried.
@@ -223,9 +270,15 @@ pub async fn run(relay: Arc<Relay>, every: Duration, min_age: Duration, stop: Ca
         match pass(&relay, min_age).await {
             Ok(p) => {
                 metrics::counter!(m::RELAY_PUBLISHED).increment(p.published);
-                metrics::counter!(m::RELAY_PASSES, "outcome" => "ok").increment(1);
-                if p.cleared > 0 {
-                    info!(?p, "relay pass");
+                if p.failed > 0 {
+                    // One line per pass, not per partition: a broker away fails them all.
+                    metrics::counter!(m::RELAY_PASSES, "outcome" => "error").increment(1);
+                    warn!(failed_partitions = p.failed, first = p.first_error.as_deref().unwrap_or(""), published = p.published, cleared = p.cleared, "relay pass: some outbox partitions were not drained; retrying them next pass");
+                } else {
+                    metrics::counter!(m::RELAY_PASSES, "outcome" => "ok").increment(1);
+                    if p.cleared > 0 {
+                        info!(?p, "relay pass");
+                    }
                 }
             }
             Err(e) => {

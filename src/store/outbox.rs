@@ -64,6 +64,7 @@ pub struct Outbox {
     put: PreparedStatement,
     del: PreparedStatement,
     scan: PreparedStatement,
+    scan_after: PreparedStatement,
     floor_read: PreparedStatement,
     floor_set: PreparedStatement,
     floor_init: PreparedStatement,
@@ -99,6 +100,17 @@ impl Outbox {
                 format!(
                     "SELECT item_id, user_id, entry, created_at FROM {ks}.outbox \
                      WHERE shard = ? AND minute = ? LIMIT {OUTBOX_SCAN_LIMIT}"
+                ),
+            )
+            .await?,
+            // The next page, from a clustering position: the rows before it (and the
+            // tombstones of those deleted) are not read again (issue 43, hole 5).
+            scan_after: prepare(
+                &session,
+                format!(
+                    "SELECT item_id, user_id, entry, created_at FROM {ks}.outbox \
+                     WHERE shard = ? AND minute = ? AND (item_id, user_id, entry) > (?, ?, ?) \
+                     LIMIT {OUTBOX_SCAN_LIMIT}"
                 ),
             )
             .await?,
@@ -224,11 +236,33 @@ impl Outbox {
 
     /// Up to [`OUTBOX_SCAN_LIMIT`] entries of one (shard, minute).
     pub async fn scan(&self, shard: i32, minute: i64) -> Result<Vec<Entry>> {
-        let rows = self
-            .session
-            .execute_unpaged(&self.scan, (shard, minute))
-            .await?
-            .into_rows_result()?;
+        self.scan_page(shard, minute, None).await
+    }
+
+    /// Up to [`OUTBOX_SCAN_LIMIT`] entries of one (shard, minute), after `after` in clustering
+    /// order (from the start without it).
+    pub async fn scan_page(
+        &self,
+        shard: i32,
+        minute: i64,
+        after: Option<&Named>,
+    ) -> Result<Vec<Entry>> {
+        let result = match after {
+            None => {
+                self.session
+                    .execute_unpaged(&self.scan, (shard, minute))
+                    .await?
+            }
+            Some(n) => {
+                self.session
+                    .execute_unpaged(
+                        &self.scan_after,
+                        (shard, minute, &n.item, &n.user, &n.entry),
+                    )
+                    .await?
+            }
+        };
+        let rows = result.into_rows_result()?;
         let mut out = Vec::new();
         for row in rows.rows::<(String, String, String, Option<CqlTimestamp>)>()? {
             let (item, user, entry, at) = row?;
