@@ -39,8 +39,12 @@ impl Threshold {
     }
 
     fn lower(to: u32) -> Threshold {
-        let dir = std::env::var("LIKES_STACK_DIR")
-            .unwrap_or_else(|_| format!("{}/.cache/likes/stack", std::env::var("HOME").unwrap()));
+        // Where stack/stack.sh keeps its pid files.
+        let dir = std::env::var("LIKES_STACK_DIR").unwrap_or_else(|_| {
+            let cache = std::env::var("LIKES_CACHE")
+                .unwrap_or_else(|_| format!("{}/.cache/likes", std::env::var("HOME").unwrap()));
+            format!("{cache}/stack")
+        });
         let pid = std::fs::read_to_string(format!("{dir}/cassandra.pid"))
             .expect("the dev stack's cassandra.pid (`make up`)")
             .trim()
