@@ -117,6 +117,12 @@ enum Command {
         /// Recorded on each correction and logged by stage 2.
         #[arg(long, default_value = "reconcile")]
         reason: String,
+        /// With --dead-letters: write the run's gauges here (Prometheus text format).
+        #[arg(long, requires = "dead_letters")]
+        metrics_file: Option<std::path::PathBuf>,
+        /// With --dead-letters: PUT the run's gauges to this Pushgateway (http://host:port).
+        #[arg(long, requires = "dead_letters")]
+        push: Option<String>,
     },
     /// Re-derive the counter table from the edges at a cut and set stage 2 to replay the
     /// deltas tail on top. Stage 2 must be stopped; start it again afterwards.
@@ -274,7 +280,8 @@ struct ScopeArgs {
     #[arg(long)]
     items_from: Option<std::path::PathBuf>,
     /// Every item the recount queue names (likes.dlq: flips stage 1 dead-lettered or counted
-    /// on a guess). `reconcile` marks the queue drained once all of them are settled.
+    /// on a guess) and this region homes. `reconcile` puts back the items it could not
+    /// settle, then marks the queue drained.
     #[arg(long)]
     dead_letters: bool,
 }
@@ -427,31 +434,42 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     likes::ops::drift::write_metrics_file(&path, &report.gauges())?;
                 }
                 if let Some(gateway) = push {
-                    likes::ops::drift::push(&gateway, &report.gauges()).await?;
+                    likes::ops::drift::push(&gateway, "likes_drift", &report.gauges()).await?;
                 }
             }
             Command::Reconcile {
                 scope,
                 dry_run,
                 reason,
+                metrics_file,
+                push,
             } => {
                 let scope = scope.scope()?;
-                let (p, queue, report) =
+                if let likes::ops::drift::Scope::DeadLetters = scope {
+                    let run =
+                        likes::ops::retrying("reconcile", settings.ops.wait_timeout, || async {
+                            let p =
+                                likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
+                            likes::ops::dead_letters::recount(&p, dry_run, &reason).await
+                        })
+                        .await?;
+                    out(&run.to_string());
+                    if !dry_run {
+                        if let Some(path) = metrics_file {
+                            likes::ops::drift::write_metrics_file(&path, &run.gauges())?;
+                        }
+                        if let Some(gateway) = push {
+                            likes::ops::drift::push(&gateway, "likes_recount", &run.gauges())
+                                .await?;
+                        }
+                    }
+                    return Ok(());
+                }
+                let report =
                     likes::ops::retrying("reconcile", settings.ops.wait_timeout, || async {
                         let p = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
-                        let queue = match &scope {
-                            likes::ops::drift::Scope::DeadLetters => {
-                                Some(likes::ops::dead_letters::read(&p)?)
-                            }
-                            _ => None,
-                        };
-                        let items = match &queue {
-                            Some(q) => q.items.clone(),
-                            None => likes::ops::drift::items_of(&p, &scope).await?,
-                        };
-                        let report =
-                            likes::ops::reconcile::run(&p, items, dry_run, &reason).await?;
-                        Ok((p, queue, report))
+                        let items = likes::ops::drift::items_of(&p, &scope).await?;
+                        likes::ops::reconcile::run(&p, items, dry_run, &reason).await
                     })
                     .await?;
                 out(&report.to_string());
@@ -461,22 +479,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     anyhow::bail!(
                         "some items are not reconciled (see above); run the same command again"
                     );
-                }
-                if let (Some(q), false) = (&queue, dry_run) {
-                    likes::ops::dead_letters::drained(&p, q)?;
-                    out(&format!(
-                        "recount queue drained: {} records, {} items{}",
-                        q.records,
-                        q.items.len(),
-                        if q.unattributed > 0 {
-                            format!(
-                                ", {} records naming no item left for a person (see the log)",
-                                q.unattributed
-                            )
-                        } else {
-                            String::new()
-                        }
-                    ));
                 }
             }
             Command::Rebuild => {

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::time::Duration;
 
 use futures::StreamExt;
 use likes::relay::{self, Relay};

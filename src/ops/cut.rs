@@ -168,7 +168,7 @@ pub struct Pipeline {
     pub histories: EdgeHistories,
     kafka: BaseConsumer,
     /// With home regions: which items this region's pipeline counts.
-    routes: Option<Routes>,
+    pub(crate) routes: Option<Routes>,
 }
 
 impl Pipeline {

@@ -2,25 +2,35 @@
 //! 6). Stage 1 dead-letters a flip it cannot count (undecodable, invalid, older than the
 //! horizon with no state left) and sends a recount record for a flip it counted on a guessed
 //! baseline; either way the item's count may be off until it is recounted at a cut.
-//! `likes reconcile --dead-letters` reads the queue from the recount group's committed
-//! position to the log's end, reconciles those items, and only when every one of them is
-//! settled commits that end: a killed or failed run leaves the queue where it was and the
-//! next run recounts the same items again (a recount is idempotent: the correction fence).
-//! `likes drift --dead-letters` reads the same items without committing anything.
+//! `likes reconcile --dead-letters` ([`recount`]) reads the queue from the recount group's
+//! committed position to the log's end, reconciles the items this region homes, puts back on
+//! the queue every item it could not settle (in flight at every cut, or its range closed by a
+//! move under way), and only then commits that end: the queue moves on every run, and no item
+//! leaves it unsettled (issue 43, hole 3: one item that kept flipping held the whole queue
+//! until retention took it). Records that retention deleted before a run read them are
+//! counted and logged ([`Queued::lost`]); items another region homes are left to it (its
+//! move's recount covers what this region's queue named). `likes drift --dead-letters` reads
+//! the same items without committing anything.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
 use super::cut::Pipeline;
+use super::reconcile::ReconcileReport;
 use crate::error::{Error, Result};
 use crate::kafka::group;
+use crate::region::Route;
 use crate::schema::v1::LikeEvent;
+
+/// The reason a requeued record carries (`likes.error`).
+pub const REQUEUED: &str = "requeued by likes reconcile --dead-letters: not settled at any cut";
 
 /// The items the queue names, and where it ends.
 #[derive(Debug, Default)]
@@ -31,6 +41,13 @@ pub struct Queued {
     /// Records that name no item (neither an `item#bucket` key nor a decodable event): they
     /// are counted and logged, and stay on the topic for a person to look at.
     pub unattributed: u64,
+    /// Records retention deleted before any run read them (the group's position was below
+    /// the log's start): their items were never recounted by the queue.
+    pub lost: u64,
+    /// Items named here that another region homes: its pipeline counts them.
+    pub elsewhere: Vec<String>,
+    /// Items whose range is closed by a move under way: put back on the queue.
+    pub closed: Vec<String>,
     /// Partition → the offset to commit once every item is settled.
     ends: HashMap<i32, i64>,
 }
@@ -93,11 +110,19 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
     let mut q = Queued::default();
     let mut items = BTreeSet::new();
     for &(part, low, high) in &ends {
-        let from = committed
-            .get(&part)
-            .copied()
-            .flatten()
-            .map_or(low, |o| o.max(low));
+        let position = committed.get(&part).copied().flatten();
+        if let Some(at) = position.filter(|&at| at < low) {
+            // Never silent: these records' items were not recounted by the queue.
+            q.lost += (low - at) as u64;
+            warn!(
+                partition = part,
+                position = at,
+                log_start = low,
+                lost = low - at,
+                "the recount queue lost records to retention before a run read them; run `likes drift --all` and reconcile what it names"
+            );
+        }
+        let from = position.map_or(low, |o| o.max(low));
         q.ends.insert(part, high);
         if from >= high {
             continue;
@@ -161,14 +186,179 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
         })?;
         c.unassign()?;
     }
-    q.items = items.into_iter().collect();
+    // This region recounts the items it homes; another's are its own; a range closed by a
+    // move under way is recounted once it has settled (put back on the queue).
+    for item in items {
+        match p.routes.as_ref().map(|r| r.route(&item)) {
+            None | Some(Route::Here(_)) => q.items.push(item),
+            Some(Route::Elsewhere { .. }) => q.elsewhere.push(item),
+            Some(Route::Closed(_)) => q.closed.push(item),
+        }
+    }
     info!(
         records = q.records,
         items = q.items.len(),
         unattributed = q.unattributed,
+        lost = q.lost,
+        elsewhere = q.elsewhere.len(),
+        closed = q.closed.len(),
         "recount queue read"
     );
     Ok(q)
+}
+
+/// Puts `items` back on the queue, after the end [`read`] found: the next run recounts them.
+pub async fn requeue(p: &Pipeline, items: &[String]) -> Result<()> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let topic = p.settings.topic(&p.topology.topics.dlq.name);
+    let producer: FutureProducer = crate::kafka::producer_config(&p.settings.kafka).create()?;
+    for item in items {
+        // Keyed as stage 1's are (`item#…`), so `item_of` reads it back.
+        let key = format!("{item}#requeued");
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "likes.error",
+            value: Some(REQUEUED),
+        });
+        producer
+            .send(
+                FutureRecord::<[u8], [u8]>::to(&topic)
+                    .key(key.as_bytes())
+                    .headers(headers),
+                p.settings.kafka.request_timeout,
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+    }
+    info!(
+        items = items.len(),
+        "recount queue: items put back for the next run"
+    );
+    Ok(())
+}
+
+/// What `likes reconcile --dead-letters` did.
+pub struct Recount {
+    pub queue: Queued,
+    pub reconcile: ReconcileReport,
+    /// Items put back on the queue (in flight at every cut, or their range closed).
+    pub requeued: Vec<String>,
+}
+
+impl std::fmt::Display for Recount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{}", self.reconcile)?;
+        let q = &self.queue;
+        write!(
+            f,
+            "recount queue: {} records, {} items recounted",
+            q.records,
+            q.items.len()
+        )?;
+        if !self.requeued.is_empty() {
+            write!(
+                f,
+                ", {} put back for the next run (in flight at every cut, or moving)",
+                self.requeued.len()
+            )?;
+        }
+        if !q.elsewhere.is_empty() {
+            write!(
+                f,
+                ", {} homed in another region (left to it)",
+                q.elsewhere.len()
+            )?;
+        }
+        if q.unattributed > 0 {
+            write!(
+                f,
+                ", {} records naming no item left for a person (see the log)",
+                q.unattributed
+            )?;
+        }
+        if q.lost > 0 {
+            write!(
+                f,
+                "\n{} records were deleted by retention before any run read them: run `likes drift --all` and reconcile what it names",
+                q.lost
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Recount {
+    /// The run as Prometheus gauges (for `--metrics-file` or `--push`): the alerts watch that
+    /// the queue is drained every hour and loses nothing (docs/operations.md).
+    pub fn gauges(&self) -> String {
+        let mut s = String::new();
+        let now_s = crate::runtime::clock::now_ms() / 1000;
+        for (name, help, v) in [
+            (
+                "likes_recount_last_drained_timestamp_seconds",
+                "when the recount queue was last marked drained (Unix s)",
+                now_s,
+            ),
+            (
+                "likes_recount_items",
+                "items the last recount run reconciled",
+                self.queue.items.len() as i64,
+            ),
+            (
+                "likes_recount_requeued_items",
+                "items the last recount run put back on the queue (in flight at every cut, or moving)",
+                self.requeued.len() as i64,
+            ),
+            (
+                "likes_recount_lost_records",
+                "records retention deleted before the last recount run read them",
+                self.queue.lost as i64,
+            ),
+            (
+                "likes_recount_unattributed_records",
+                "records the last recount run read that name no item",
+                self.queue.unattributed as i64,
+            ),
+        ] {
+            s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"));
+        }
+        s
+    }
+}
+
+/// The recount queue, once: read it, reconcile its items at a cut, put back what did not
+/// settle, then mark the queue drained up to where it was read (a dry run commits nothing).
+pub async fn recount(p: &Pipeline, dry_run: bool, reason: &str) -> Result<Recount> {
+    let queue = read(p)?;
+    // An empty queue needs no cut (a cut waits api.relay_min_age and both stages).
+    let reconcile = if queue.items.is_empty() {
+        ReconcileReport {
+            dry_run,
+            ..Default::default()
+        }
+    } else {
+        super::reconcile::run(p, queue.items.clone(), dry_run, reason).await?
+    };
+    let mut requeued: Vec<String> = reconcile
+        .in_flight
+        .iter()
+        .map(|(item, _)| item.clone())
+        .chain(queue.closed.iter().cloned())
+        .collect();
+    requeued.sort();
+    requeued.dedup();
+    if !dry_run {
+        // Put back before the commit: a kill between the two recounts them twice (harmless,
+        // the correction fence), never zero times.
+        requeue(p, &requeued).await?;
+        drained(p, &queue)?;
+    }
+    Ok(Recount {
+        queue,
+        reconcile,
+        requeued,
+    })
 }
 
 /// Marks the queue drained up to where [`read`] found its end.

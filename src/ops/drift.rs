@@ -190,8 +190,9 @@ pub fn write_metrics_file(path: &std::path::Path, text: &str) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(Error::io(format!("renaming to {}", path.display())))
 }
 
-/// PUTs the gauges to a Prometheus Pushgateway (`http://host:port`), as job `likes_drift`.
-pub async fn push(gateway: &str, text: &str) -> Result<()> {
+/// PUTs the gauges to a Prometheus Pushgateway (`http://host:port`), as `job` (`likes_drift`,
+/// `likes_recount`).
+pub async fn push(gateway: &str, job: &str, text: &str) -> Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = gateway.strip_prefix("http://").ok_or_else(|| {
         Error::Config(format!(
@@ -203,7 +204,7 @@ pub async fn push(gateway: &str, text: &str) -> Result<()> {
         .await
         .map_err(Error::io(format!("connecting to the Pushgateway {host}")))?;
     let req = format!(
-        "PUT /metrics/job/likes_drift HTTP/1.1\r\nHost: {host}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        "PUT /metrics/job/{job} HTTP/1.1\r\nHost: {host}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
         text.len()
     );
     conn.write_all(req.as_bytes())

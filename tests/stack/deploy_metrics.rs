@@ -1,7 +1,8 @@
 //! Every metric the alert rules and the Grafana dashboard use (k8s/components/monitoring/)
 //! is on the /metrics of the real processes: `likes api`, `likes relay`, `likes dedupe` and
 //! `likes count` as child processes on the real stack, after a little traffic, and the
-//! drift gauges as `likes drift --metrics-file` writes them. A rule on a metric nobody
+//! drift and recount gauges as `likes drift` and `likes reconcile --dead-letters` write them
+//! with `--metrics-file`. A rule on a metric nobody
 //! exports would never fire; this is the test that it exists.
 
 use std::collections::BTreeSet;
@@ -151,7 +152,21 @@ async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
     );
     assert!(ok, "likes drift: {out}\n{err}");
 
+    // And the recount job's (an empty queue: no cut to wait for).
+    let recount_file = h.dir.join("recount.prom");
+    let (ok, out, err) = crate::common::likes(
+        &[
+            "reconcile",
+            "--dead-letters",
+            "--metrics-file",
+            recount_file.to_str().unwrap(),
+        ],
+        &crate::common::env_for(&h.settings),
+    );
+    assert!(ok, "likes reconcile --dead-letters: {out}\n{err}");
+
     let mut have = exposed(&std::fs::read_to_string(&drift_file).unwrap());
+    have.extend(exposed(&std::fs::read_to_string(&recount_file).unwrap()));
     for &(name, port) in &ports {
         let body = scrape(&http, port).await;
         have.extend(exposed(&body));

@@ -20,6 +20,7 @@ mod exactness_holes;
 mod import;
 mod kafka_roundtrip;
 mod ops_jobs;
+mod recount_queue;
 mod schema_rollout;
 mod topology_fixture;
 mod topology_rebalance;

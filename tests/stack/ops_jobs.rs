@@ -26,7 +26,7 @@ use rand::{Rng, SeedableRng};
 use reqwest::StatusCode;
 
 /// Fail points are process-wide: the tests that arm them in this process take turns.
-static FAILPOINTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static FAILPOINTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Short in-flight bounds, so a cut is passed within seconds.
 pub(crate) fn quick(s: &mut Settings) {
