@@ -201,3 +201,76 @@ async fn an_expired_like_flipped_around_a_lost_publish_is_counted_once() {
     assert_eq!(d.guessed, 0, "the events carry their history: {d:?}");
     fx::teardown(&settings, &topology).await;
 }
+
+/// Issue 43, hole 4: the past-horizon rule reads "nothing remembered, and the op is inside the
+/// horizon" as "never counted", true only if state was kept for the whole current horizon.
+/// After `dedupe_ttl` is raised, an edge whose state the old horizon forgot is in neither
+/// case: its like was counted, and its unlike must count −1, not 0. Then the horizon is
+/// lowered again, which takes effect at once.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_raised_horizon_takes_what_the_old_one_forgot_as_counted() {
+    use common::api;
+    use likes::dedupe::state::{edge_key, EdgeStore};
+    use reqwest::StatusCode;
+
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, mut topology, _app, client) = api::serve_with("horizonraise", |s| {
+        // The clock is moved to pass the horizon: the watch would take that for a step.
+        s.cql.clock_check_every = Duration::ZERO;
+    })
+    .await;
+    topology.dedupe_ttl = Duration::from_secs(120);
+    let run = fx::start(&settings, &topology);
+    let (s, e) = client.like("ann", "item-h", "k1").await;
+    assert_eq!(s, StatusCode::OK, "{e}");
+    let one: BTreeMap<String, i64> = [("item-h".to_string(), 1)].into();
+    let mut run = run;
+    let have = fx::wait_for_counts(&mut run, &settings, &one, Duration::from_secs(60)).await;
+    assert_eq!(have, one);
+    run.stop().await;
+
+    // The old horizon passes and forgets the edge, as RocksDB's TTL compaction does: the
+    // edge is gone from stage 1's local state, which stays trusted (its mark is intact).
+    let dir = settings
+        .dedupe
+        .state_dir
+        .join(settings.group(&topology.groups.dedupe))
+        .join(&settings.dedupe.instance_id);
+    {
+        let store = EdgeStore::open(&dir, 120_000, 8 << 20).unwrap();
+        let mut batch = rocksdb::WriteBatch::default();
+        batch.delete(edge_key("item-h", "ann"));
+        store.write(batch).unwrap();
+        store.flush().unwrap();
+    }
+    let _later = likes::runtime::clock::advance_for_now(Duration::from_secs(200));
+
+    // Raised to an hour: the like (200 s old) is inside the new horizon, outside the old.
+    topology.dedupe_ttl = Duration::from_secs(3600);
+    let mut run = fx::start(&settings, &topology);
+    let (s, e) = client.unlike("ann", "item-h", "k2").await;
+    assert_eq!(
+        (s, e["opId"].clone()),
+        (StatusCode::OK, serde_json::json!(2)),
+        "{e}"
+    );
+    let none = BTreeMap::new();
+    let have = fx::wait_for_counts(&mut run, &settings, &none, Duration::from_secs(60)).await;
+    assert_eq!(
+        have, none,
+        "the unlike of a like the old horizon forgot counts -1 (the edge is UNLIKED)"
+    );
+    run.check().await;
+    run.stop().await;
+
+    // Lowered to a minute: at once, with nothing to wait out.
+    topology.dedupe_ttl = Duration::from_secs(60);
+    let mut run = fx::start(&settings, &topology);
+    let (s, e) = client.like("ann", "item-h", "k3").await;
+    assert_eq!(s, StatusCode::OK, "{e}");
+    let have = fx::wait_for_counts(&mut run, &settings, &one, Duration::from_secs(60)).await;
+    assert_eq!(have, one);
+    run.stop().await;
+    fx::teardown(&settings, &topology).await;
+}

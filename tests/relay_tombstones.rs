@@ -7,7 +7,6 @@
 
 mod common;
 
-
 use futures::StreamExt;
 use likes::relay::{self, Relay};
 use likes::store::outbox::{outbox_minute, OUTBOX_SHARDS};

@@ -12,6 +12,7 @@
 
 pub mod engine;
 pub mod event;
+pub mod horizon;
 pub mod recovery;
 pub mod rule;
 pub mod state;
@@ -79,6 +80,9 @@ pub struct Dedupe {
     offset_resets: Arc<AtomicU64>,
     /// Per owned, recovered partition: its mark as last committed.
     marks: HashMap<i32, PartitionMark>,
+    /// Per owned partition: the horizon in force (a raise under way reaches back only as far
+    /// as state was kept; horizon.rs), committed with its offsets.
+    horizons: HashMap<i32, horizon::Horizon>,
     deltas_topic: String,
     dlq_topic: String,
     changelog_topic: String,
@@ -255,6 +259,7 @@ impl Dedupe {
             store,
             offset_resets,
             marks: HashMap::new(),
+            horizons: HashMap::new(),
             deltas_topic: settings.topic(&topology.topics.deltas.name),
             dlq_topic: settings.topic(&topology.topics.dlq.name),
             changelog_topic: settings.topic(&topology.topics.dedupe_changelog.name),
@@ -312,8 +317,12 @@ impl Dedupe {
         // owner, which reads them from the committed offset.
         pending_msgs.retain(|m| self.marks.contains_key(&m.partition()));
         let now = now_ms();
-        let horizon = self.topology.dedupe_ttl.as_millis() as i64;
+        let configured = self.topology.dedupe_ttl.as_millis() as i64;
         for m in &pending_msgs {
+            let horizon = self
+                .horizons
+                .get(&m.partition())
+                .map_or(configured, |h| h.effective(now));
             self.process(m, &mut batch, now, horizon)?;
         }
         let tick_due = self.last_tick.elapsed() >= tick_every;
@@ -390,11 +399,12 @@ impl Dedupe {
     /// Applies rebalance events in the order they happened, then recovers every partition
     /// still newly assigned. A partition revoked again before this runs is never processed.
     fn handle_rebalance(&mut self) -> Result<()> {
-        let marks = &mut self.marks;
+        let (marks, horizons) = (&mut self.marks, &mut self.horizons);
         let parts: Vec<(i32, DedupeOffset)> = self
             .input
             .take_assigned(|p| {
                 marks.remove(&p);
+                horizons.remove(&p);
             })?
             .into_iter()
             .map(|r| (r.partition, DedupeOffset::of(&r)))
@@ -404,6 +414,23 @@ impl Dedupe {
         }
         if let Some(s) = &mut self.startup {
             s.lap("group_join_and_offsets");
+        }
+        let (ttl, now) = (self.topology.dedupe_ttl.as_millis() as i64, now_ms());
+        for (p, committed) in &parts {
+            let recorded = committed
+                .horizon
+                .as_deref()
+                .and_then(horizon::Horizon::from_metadata);
+            let h = horizon::Horizon::resume(recorded, ttl, now);
+            if let Some((kept, _)) = h.raised {
+                warn!(
+                    partition = p,
+                    kept_ms = kept,
+                    dedupe_ttl_ms = ttl,
+                    "dedupe_ttl is above what this partition's state was kept for: ops older than what was kept are taken as counted until the new horizon has passed (docs/exactness.md, \"Past the horizon\")"
+                );
+            }
+            self.horizons.insert(*p, h);
         }
         for (p, r, mark) in recovery::recover_partitions(
             &self.settings,

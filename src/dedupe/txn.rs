@@ -100,7 +100,12 @@ impl Dedupe {
             for (&p, mark) in marks {
                 tpl.add_partition_offset(&self.input.topic, p, Offset::Offset(mark.offset))?;
                 if let Some(mut e) = tpl.find_partition(&self.input.topic, p) {
-                    e.set_metadata(DedupeOffset::metadata(mark.emitted, &mark.token));
+                    let horizon = self
+                        .horizons
+                        .get(&p)
+                        .map(|h| h.settled(now_ms()).to_string())
+                        .unwrap_or_default();
+                    e.set_metadata(DedupeOffset::metadata(mark.emitted, &mark.token, &horizon));
                 }
             }
             let meta = self

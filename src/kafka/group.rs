@@ -125,15 +125,23 @@ pub struct DedupeOffset {
     /// away from. A local state written by that transaction is exactly the changelog's
     /// history, which a reset never rewinds.
     pub was: Option<String>,
+    /// The dedupe horizon in force for the partition at that commit, as stage 1 wrote it
+    /// (`h=<ms>[;from=<ms>@<ms>]`, dedupe/horizon.rs); None before it was recorded.
+    pub horizon: Option<String>,
 }
 
 /// The token prefix of a position `likes replay` committed (no transaction wrote it).
 const RESET: &str = "reset-";
 
 impl DedupeOffset {
-    /// The metadata stage 1 commits with each input offset.
-    pub fn metadata(emitted: i64, token: &str) -> String {
-        format!("emitted={emitted};txn={token}")
+    /// The metadata stage 1 commits with each input offset; `horizon` is the partition's
+    /// (dedupe/horizon.rs), empty for none.
+    pub fn metadata(emitted: i64, token: &str, horizon: &str) -> String {
+        if horizon.is_empty() {
+            format!("emitted={emitted};txn={token}")
+        } else {
+            format!("emitted={emitted};txn={token};{horizon}")
+        }
     }
 
     /// A fresh token for a `likes replay` reset.
@@ -150,9 +158,13 @@ impl DedupeOffset {
             Some(t) if t.starts_with(RESET) => self.was.as_deref(),
             t => t.as_deref(),
         };
+        // The horizon in force stays with the position: a reset rewinds the input, not what
+        // state was kept.
+        let horizon = self.horizon.as_deref().unwrap_or("");
         match history {
-            Some(w) => format!("emitted={emitted};txn={token};was={w}"),
-            None => Self::metadata(emitted, token),
+            Some(w) if horizon.is_empty() => format!("emitted={emitted};txn={token};was={w}"),
+            Some(w) => format!("emitted={emitted};txn={token};was={w};{horizon}"),
+            None => Self::metadata(emitted, token, horizon),
         }
     }
 
@@ -167,6 +179,12 @@ impl DedupeOffset {
                 Some(("emitted", v)) => c.emitted = v.parse().ok(),
                 Some(("txn", v)) if !v.is_empty() => c.token = Some(v.to_string()),
                 Some(("was", v)) if !v.is_empty() => c.was = Some(v.to_string()),
+                Some(("h", v)) => c.horizon = Some(format!("h={v}")),
+                Some(("from", v)) => {
+                    if let Some(h) = &mut c.horizon {
+                        h.push_str(&format!(";from={v}"));
+                    }
+                }
                 _ => {}
             }
         }
@@ -216,8 +234,19 @@ mod tests {
 
     #[test]
     fn dedupe_metadata_round_trips_and_tolerates_strangers() {
-        let c = DedupeOffset::parse(Some(7), &DedupeOffset::metadata(42, "abc"));
+        let c = DedupeOffset::parse(Some(7), &DedupeOffset::metadata(42, "abc", ""));
         assert_eq!(c.offset, Some(7));
+        let h = DedupeOffset::parse(Some(7), &DedupeOffset::metadata(42, "abc", "h=5;from=2@9"));
+        assert_eq!(
+            (h.token.as_deref(), h.horizon.as_deref()),
+            (Some("abc"), Some("h=5;from=2@9"))
+        );
+        let reset = DedupeOffset::parse(Some(0), &h.reset_metadata(42, "reset-1"));
+        assert_eq!(
+            (reset.was.as_deref(), reset.horizon.as_deref()),
+            (Some("abc"), Some("h=5;from=2@9")),
+            "a reset keeps the horizon"
+        );
         assert_eq!((c.emitted, c.token.as_deref()), (Some(42), Some("abc")));
         let outside = DedupeOffset::parse(Some(0), "");
         assert_eq!((outside.emitted, outside.token), (None, None));
@@ -227,7 +256,7 @@ mod tests {
 
     #[test]
     fn a_reset_names_the_history_it_keeps_even_over_another_reset() {
-        let c = DedupeOffset::parse(Some(7), &DedupeOffset::metadata(42, "abc"));
+        let c = DedupeOffset::parse(Some(7), &DedupeOffset::metadata(42, "abc", ""));
         let reset = DedupeOffset::parse(Some(0), &c.reset_metadata(42, "reset-1"));
         assert_eq!(
             (reset.emitted, reset.token.as_deref(), reset.was.as_deref()),

@@ -486,6 +486,7 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
         emitted: None,
         token: None,
         was: None,
+        horizon: None,
     };
     let (r, _) =
         tokio::task::block_in_place(|| recover_partition(&settings, &changelog, &store, 3, &blind))
@@ -506,6 +507,7 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
         emitted: Some(10),
         token: Some("previous-owner".into()),
         was: None,
+        horizon: None,
     };
     let (r, mark) =
         tokio::task::block_in_place(|| recover_partition(&settings, &changelog, &store, 3, &known))
