@@ -52,6 +52,14 @@ pub struct RegionSettings {
     /// A region missing here is not forwarded to: its items' writes answer 503 `not_home`.
     #[serde(default)]
     pub peers: BTreeMap<String, String>,
+    /// Forwards in flight at once, to all peers: past it a forward is refused at once (503),
+    /// so a slow or hung home holds this many requests, never this region's own write slots.
+    #[serde(default = "default_max_forwards")]
+    pub max_forwards_in_flight: usize,
+}
+
+fn default_max_forwards() -> usize {
+    64
 }
 
 /// The operations jobs: erase, drift, reconcile, rebuild.

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::IntoResponse;
 use axum::Json;
 
 use super::error::ApiError;
@@ -14,9 +15,9 @@ use super::{check_id, App};
 use crate::runtime::clock::now_ms;
 use crate::schema::v1::Source;
 use crate::store::erasures::Erasure;
-use crate::write::{Write, WriteAnswer};
+use crate::write::{Write, WriteError};
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Retraction {
     pub item_id: String,
@@ -28,7 +29,7 @@ pub async fn retract(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Result<Json<Retraction>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<WriteAnswer>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     admin(&app, &headers)?;
     let Json(r) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     check_id("itemId", &r.item_id)?;
@@ -44,13 +45,46 @@ pub async fn retract(
         source: Source::Retraction,
         ..Write::by_user(&r.user_id, &r.item_id, false, key)
     };
-    let answer = app.writer.write(&write).await?;
+    let answer = match app.writer.write(&write).await {
+        Ok(answer) => answer,
+        // Another region's item: its home retracts it and records why (as a user's write is
+        // forwarded; a retrying tool would otherwise be told not_home for ever).
+        Err(WriteError::NotHome {
+            home,
+            item,
+            range,
+            region,
+        }) => {
+            let refusal = ApiError::from(WriteError::NotHome {
+                home: home.clone(),
+                item,
+                range,
+                region,
+            });
+            let Some(f) = &app.forwarder else {
+                return Err(refusal);
+            };
+            let body = serde_json::to_vec(&r).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            crate::write::cas_done::forwarding();
+            return f
+                .forward(
+                    &home,
+                    Method::POST,
+                    "/v1/admin/retractions",
+                    &headers,
+                    Some(body),
+                    refusal,
+                )
+                .await;
+        }
+        Err(e) => return Err(e.into()),
+    };
     app.store
         .retractions
         .record(&r.item_id, &r.user_id, r.reason.trim(), key, now_ms())
         .await?;
     tracing::info!(item = %r.item_id, user = %r.user_id, reason = %r.reason, changed = answer.changed, "retraction");
-    Ok(Json(answer))
+    Ok(Json(answer).into_response())
 }
 
 /// The operators' credential: X-Admin-Token equal to api.admin_token.

@@ -82,10 +82,17 @@ pub async fn admit(State(admission): State<Arc<Admission>>, req: Request, next: 
         return ApiError::Overloaded.into_response();
     };
     // The permit ends when the write is done with the database, before its wait on the
-    // broker (src/write/cas_done.rs), or with the request.
+    // broker (src/write/cas_done.rs), when it is forwarded to another region, or with the
+    // request.
     let held = Arc::new(Mutex::new(Some(permit)));
     let release = held.clone();
-    let released = move || drop(release.lock().unwrap_or_else(|e| e.into_inner()).take());
+    let released = move |learn: bool| {
+        if let Some(p) = release.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if !learn {
+                p.forget();
+            }
+        }
+    };
     let response = crate::write::cas_done::scope(released, next.run(req)).await;
     drop(held);
     response

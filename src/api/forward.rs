@@ -23,14 +23,25 @@ pub const FORWARDED_BY: &str = "x-likes-forwarded-by";
 /// Set on every answer of a process with `region.name`: the region that answered.
 pub const ANSWERED_BY: &str = "x-likes-region";
 
-/// The request headers a forward carries (the session, the key, the client's platform).
-const CARRIED: [&str; 3] = ["authorization", "idempotency-key", "x-client-platform"];
+/// The request headers a forward carries (the session or the operators' credential, the key,
+/// the client's platform, the body's type).
+const CARRIED: [&str; 5] = [
+    "authorization",
+    "x-admin-token",
+    "idempotency-key",
+    "x-client-platform",
+    "content-type",
+];
 
 pub struct Forwarder {
     http: reqwest::Client,
     region: String,
     peers: BTreeMap<String, String>,
     deadline: Duration,
+    /// Forwards in flight (`region.max_forwards_in_flight`): their own bound, apart from this
+    /// region's write slots.
+    slots: std::sync::Arc<tokio::sync::Semaphore>,
+    max: usize,
 }
 
 impl Forwarder {
@@ -55,6 +66,10 @@ impl Forwarder {
             // beyond it: a forward given up sooner would say "did not answer" about a write
             // the home made.
             deadline: settings.api.write_deadline + settings.cql.request_timeout,
+            slots: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                settings.region.max_forwards_in_flight.max(1),
+            )),
+            max: settings.region.max_forwards_in_flight.max(1),
         }))
     }
 
@@ -69,6 +84,7 @@ impl Forwarder {
         method: Method,
         path: &str,
         headers: &HeaderMap,
+        body: Option<Vec<u8>>,
         refusal: ApiError,
     ) -> Result<Response, ApiError> {
         if headers.contains_key(FORWARDED_BY) {
@@ -80,6 +96,15 @@ impl Forwarder {
             metrics::counter!("likes_api_forwards_total", "home" => home.to_string(), "outcome" => "no_peer").increment(1);
             return Err(refusal);
         };
+        // A slow or hung home holds at most this many requests here; the rest are refused at
+        // once rather than queued behind them.
+        let Ok(_slot) = self.slots.try_acquire() else {
+            metrics::counter!("likes_api_forwards_total", "home" => home.to_string(), "outcome" => "shed").increment(1);
+            return Err(ApiError::Unavailable(format!(
+                "writes forwarded to region {home} are at their bound (region.max_forwards_in_flight = {}): it answers slowly or not at all; retry with the same key",
+                self.max
+            )));
+        };
         let mut req = self
             .http
             .request(method, format!("{}{path}", base.trim_end_matches('/')))
@@ -89,6 +114,9 @@ impl Forwarder {
             if let Some(v) = headers.get(name) {
                 req = req.header(name, v);
             }
+        }
+        if let Some(body) = body {
+            req = req.body(body);
         }
         let started = Instant::now();
         let answer = async {

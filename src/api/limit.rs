@@ -61,10 +61,23 @@ struct Window {
 pub struct Permit {
     limit: Arc<Limit>,
     started: Instant,
+    learn: bool,
+}
+
+impl Permit {
+    /// Ends the write's place in flight without teaching the limit its latency: a write
+    /// forwarded to another region measures that region, not this one's database.
+    pub fn forget(mut self) {
+        self.learn = false;
+    }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
+        if !self.learn {
+            self.limit.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
         let latency = self.started.elapsed();
         metrics::histogram!(m::API_ADMITTED_WRITE_SECONDS).record(latency.as_secs_f64());
         self.limit.release(latency, Instant::now());
@@ -128,6 +141,7 @@ impl Limit {
         Some(Permit {
             limit: self.clone(),
             started: Instant::now(),
+            learn: true,
         })
     }
 

@@ -91,12 +91,13 @@ async fn answer(
             });
             match &app.forwarder {
                 Some(f) => {
+                    crate::write::cas_done::forwarding();
                     let path = uri
                         .0
                         .path_and_query()
                         .map(|p| p.as_str())
                         .unwrap_or(uri.0.path());
-                    f.forward(&home, method, path, headers, refusal).await
+                    f.forward(&home, method, path, headers, None, refusal).await
                 }
                 None => Err(refusal),
             }

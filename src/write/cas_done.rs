@@ -15,7 +15,8 @@
 use std::cell::RefCell;
 use std::future::Future;
 
-type Hook = Box<dyn FnOnce() + Send>;
+/// Called with whether the write's latency so far is the database's (false: a forward).
+type Hook = Box<dyn FnOnce(bool) + Send>;
 
 tokio::task_local! {
     static HOOK: RefCell<Option<Hook>>;
@@ -23,7 +24,7 @@ tokio::task_local! {
 
 /// Runs `f` with `hook` to be called once, when the write reaches its wait on the broker (or
 /// never, for a write that does not: a replay, a no-op, a failure).
-pub async fn scope<F: Future>(hook: impl FnOnce() + Send + 'static, f: F) -> F::Output {
+pub async fn scope<F: Future>(hook: impl FnOnce(bool) + Send + 'static, f: F) -> F::Output {
     HOOK.scope(RefCell::new(Some(Box::new(hook))), f).await
 }
 
@@ -31,7 +32,17 @@ pub async fn scope<F: Future>(hook: impl FnOnce() + Send + 'static, f: F) -> F::
 pub(super) fn reached() {
     let hook = HOOK.try_with(|h| h.borrow_mut().take()).ok().flatten();
     if let Some(hook) = hook {
-        hook();
+        hook(true);
+    }
+}
+
+/// The write goes to another region (api/forward.rs): it holds no place among this region's
+/// writes from here, and its latency is the other region's, not this database's (issue 43,
+/// hole 6c: a hung peer's forwards took every slot).
+pub fn forwarding() {
+    let hook = HOOK.try_with(|h| h.borrow_mut().take()).ok().flatten();
+    if let Some(hook) = hook {
+        hook(false);
     }
 }
 
@@ -45,7 +56,7 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let c = calls.clone();
         super::scope(
-            move || {
+            move |_| {
                 c.fetch_add(1, Ordering::Relaxed);
             },
             async {

@@ -21,6 +21,7 @@ mod import;
 mod kafka_roundtrip;
 mod ops_jobs;
 mod recount_queue;
+mod regions_forward;
 mod schema_rollout;
 mod topology_fixture;
 mod topology_rebalance;
