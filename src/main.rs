@@ -396,11 +396,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         Some(from) => likes::ops::region::Which::From(from),
                         None => likes::ops::region::Which::Ranges(ranges),
                     };
-                    out(
-                        &likes::ops::region::r#move(&settings, &topology, which, &to, !no_recount)
-                            .await?
-                            .to_string(),
-                    )
+                    let report =
+                        likes::ops::region::r#move(&settings, &topology, which, &to, !no_recount)
+                            .await?;
+                    out(&report.to_string());
+                    // As `likes reconcile`: items left unsettled fail the run (the ranges stay
+                    // owed, `likes region status` lists them).
+                    if !report.settled() {
+                        anyhow::bail!(
+                            "the move's recount left items in flight (see above); run the same command again"
+                        );
+                    }
                 }
             },
             Command::Erase { user } => {

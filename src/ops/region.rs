@@ -189,6 +189,13 @@ pub async fn status(settings: &Settings) -> Result<Status> {
     })
 }
 
+impl MoveReport {
+    /// Whether nothing is owed: every moved item recounted (or no recount asked for).
+    pub fn settled(&self) -> bool {
+        self.recount.as_ref().is_none_or(|r| r.in_flight.is_empty())
+    }
+}
+
 /// What `move` did.
 pub struct MoveReport {
     pub moved: Vec<i32>,
@@ -231,10 +238,13 @@ impl fmt::Display for MoveReport {
                     r.checked
                 )?;
                 if !r.in_flight.is_empty() {
+                    let again: Vec<String> =
+                        self.moved.iter().chain(&self.already).map(|r| format!("--range {r}")).collect();
                     write!(
                         f,
-                        "; {} still in flight: run `likes reconcile --items ...` for them in {}",
+                        "; {} still in flight, so the ranges stay owed: run `likes region move {} --to {}` again",
                         r.in_flight.len(),
+                        again.join(" "),
                         self.to
                     )?;
                 }
@@ -369,8 +379,11 @@ pub async fn r#move(
                 return Err(e);
             }
         };
-        // Done: a rerun no longer owes it.
-        for &range in &due {
+        // Done: a rerun no longer owes it. An item left in flight keeps every range owed: the
+        // same move run again recounts them (issue 43, hole 6b: the range was cleared, and
+        // the item's old-home tail was never counted).
+        let settled = report.in_flight.is_empty();
+        for &range in due.iter().filter(|_| settled) {
             if let Some(row) = table.one(range).await? {
                 if row.home == to && row.recount_due {
                     table.recounted(range, to, row.epoch).await?;

@@ -22,6 +22,7 @@ mod kafka_roundtrip;
 mod ops_jobs;
 mod recount_queue;
 mod regions_forward;
+mod regions_move;
 mod schema_rollout;
 mod topology_fixture;
 mod topology_rebalance;
