@@ -23,6 +23,9 @@
 //!   (the textbook rule, +1/-1 always, miscounts a reordered or superseded unlike
 //!   within the horizon by -1; a rule that looks only at op_id - 1 counts an expired like
 //!   twice when op_id - 1 was never published.)
+//! - a baseline op that passed the horizon only within the arriving flip's own delay may not
+//!   have been counted yet (flips of one outage reach the log out of order): the rule uses
+//!   it, and says it guessed, so the item is recounted.
 //! - nothing remembered and the flip itself older than the horizon: its state, if it was
 //!   ever counted, has expired, so it cannot be told from a redelivery; counting it would
 //!   count a redelivered version again. It is refused ([`Verdict::Expired`]).
@@ -123,10 +126,20 @@ pub fn apply(remembered: Option<EdgeVersion>, flip: Flip, now_ms: i64, horizon_m
         None => {
             let mut reached_op_1 = flip.op_id == 1;
             let mut baseline = None;
+            // How late this flip arrived: flips of one outage reach the log out of order, each
+            // about this late (issue 43, hole 7b).
+            let lag = (now_ms - flip.event_time_ms).max(0);
             for (op, t) in flip.known_earlier() {
-                // Counted and forgotten, or the previous home's (counted there or by the
-                // move's recount).
-                if expired(t, now_ms, horizon_ms) || t < flip.home_since_ms {
+                // The previous home's (counted there or by the move's recount).
+                if t < flip.home_since_ms {
+                    baseline = Some(i64::from(op % 2 == 1));
+                    break;
+                }
+                // Counted and forgotten. Unless it passed the horizon only within the lag:
+                // then it may itself be on its way, never counted, and the baseline is a
+                // guess the recount settles (never a silent ±1).
+                if expired(t, now_ms, horizon_ms) {
+                    guessed = !expired(t, now_ms - lag, horizon_ms);
                     // Odd ops are likes.
                     baseline = Some(i64::from(op % 2 == 1));
                     break;
@@ -292,6 +305,35 @@ mod tests {
     }
 
     /// Op `op_id` of an edge whose flips 1..=op_id happened at `times` (oldest first).
+    /// Issue 43, hole 7b, as the chaos run saw it: after an outage the APIs' producers
+    /// flushed out of order, op 28 of an edge reached stage 1 before op 23; op 22's state
+    /// had expired and op 23's time had just passed the horizon. Taking op 23 as the counted
+    /// baseline counted -1 in silence (op 23, never counted, was dropped when it came). A
+    /// baseline that passed the horizon only within the arriving flip's own delay may still
+    /// be on its way: the rule counts it as a guess, with a recount record.
+    #[test]
+    fn a_baseline_that_passed_the_horizon_within_the_lag_is_a_guess() {
+        // Ops 1..=28 one second apart; the horizon passed op 23's time 2 s ago.
+        let t = |k: i64| NOW - H - 2_000 + (k - 23) * 1_000;
+        let times: Vec<i64> = (1..=28).map(t).collect();
+        let late = history_flip(28, &times);
+        match apply(None, late, NOW, H) {
+            Verdict::Apply { guessed, delta, .. } => {
+                assert!(guessed, "a silent baseline (delta {delta})");
+            }
+            v => panic!("{v:?}"),
+        }
+        // The same flip arriving promptly (its baseline long past the horizon) is exact.
+        let t = |k: i64| NOW - 2 * H + k * 1_000;
+        let times: Vec<i64> = (1..=28).map(t).collect();
+        let mut prompt = history_flip(28, &times);
+        prompt.event_time_ms = NOW - 1_000;
+        assert!(matches!(
+            apply(None, prompt, NOW, H),
+            Verdict::Apply { guessed: false, delta: -1, .. }
+        ));
+    }
+
     fn history_flip(op_id: u64, times: &[i64]) -> Flip {
         let n = times.len();
         let mut earlier = [0; EARLIER_FLIPS];
