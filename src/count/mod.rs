@@ -252,7 +252,7 @@ impl Count {
 
     fn dead_letter(&mut self, msg: &OwnedMessage, reason: String) -> Result<()> {
         warn!(partition = msg.partition(), offset = msg.offset(), %reason, "dead letter");
-        metrics::counter!(m::DLQ_RECORDS, "stage" => "count").increment(1);
+        metrics::counter!(m::DLQ_RECORDS, "stage" => "count", "kind" => "invalid").increment(1);
         // Keep the clock moving: the record's position still counts for the window.
         let ts = msg.timestamp().to_millis().unwrap_or(0);
         self.windows

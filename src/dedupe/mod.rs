@@ -179,17 +179,21 @@ struct DeadLetter {
     partition: i32,
     offset: i64,
     reason: String,
+    /// Which of [`m::DLQ_KINDS`]: the label of `likes_dlq_records_total`, so a writer's bad
+    /// records are told apart from the flips the recount settles (issue 43, hole 7d).
+    kind: &'static str,
 }
 
 impl DeadLetter {
     /// The record `m` as it came, with why it goes to the DLQ.
-    fn of(m: &rdkafka::message::OwnedMessage, reason: String) -> Self {
+    fn of(m: &rdkafka::message::OwnedMessage, kind: &'static str, reason: String) -> Self {
         DeadLetter {
             key: m.key().map(<[u8]>::to_vec),
             payload: m.payload().map(<[u8]>::to_vec),
             partition: m.partition(),
             offset: m.offset(),
             reason,
+            kind,
         }
     }
 }
@@ -345,7 +349,7 @@ impl Dedupe {
             })
             .collect();
         match self.commit(&batch, &marks, tick_due) {
-            Ok(()) => {}
+            Ok(()) => summarize_dead_letters(&batch.dead),
             // Stopping (possibly with a commit's outcome unknown): leave it to the next start's
             // recovery; an abort now would only conflict with the commit still under way.
             Err(e) if self.stop.is_cancelled() => return Err(e),
@@ -479,7 +483,7 @@ impl Dedupe {
             Ok(v) => v,
             Err(_) if replay => return Ok(()),
             Err(reason) => {
-                batch.dead.push(DeadLetter::of(m, reason));
+                batch.dead.push(DeadLetter::of(m, "invalid", reason));
                 return Ok(());
             }
         };
@@ -506,7 +510,7 @@ impl Dedupe {
             Verdict::Expired => {
                 self.stats.expired += 1;
                 metrics::counter!(m::EXPIRED_FLIPS).increment(1);
-                batch.dead.push(DeadLetter::of(m, format!(
+                batch.dead.push(DeadLetter::of(m, "expired", format!(
                     "flip older than the dedupe horizon ({:?}) with no state left: it may be a redelivery of a version counted before, so it is not counted; reconcile the item if it was new (likes reconcile --dead-letters)",
                     self.topology.dedupe_ttl
                 )));
@@ -524,7 +528,7 @@ impl Dedupe {
                     // (`likes reconcile --dead-letters`), so the guess is never silent.
                     self.stats.guessed += 1;
                     metrics::counter!(m::GUESSED_FLIPS).increment(1);
-                    batch.dead.push(DeadLetter::of(m, format!(
+                    batch.dead.push(DeadLetter::of(m, "guessed", format!(
                         "{GUESSED}: no state left for the edge and the event does not reach back to a flip past the horizon ({:?}), so \"never liked\" was assumed; recount the item (likes reconcile --dead-letters)",
                         self.topology.dedupe_ttl
                     )));
@@ -551,6 +555,31 @@ impl Dedupe {
             }
         }
         Ok(())
+    }
+}
+
+/// One line and the counters per committed transaction, not per record: after an outage a
+/// run of expired copies is thousands of records, and an aborted transaction's would be
+/// logged again when it is re-read.
+fn summarize_dead_letters(dead: &[DeadLetter]) {
+    if dead.is_empty() {
+        return;
+    }
+    let mut by_kind = [0u64; m::DLQ_KINDS.len()];
+    for d in dead {
+        let i = m::DLQ_KINDS.iter().position(|k| *k == d.kind).unwrap_or(0);
+        by_kind[i] += 1;
+    }
+    for (kind, n) in m::DLQ_KINDS.iter().zip(by_kind) {
+        metrics::counter!(m::DLQ_RECORDS, "stage" => "dedupe", "kind" => *kind).increment(n);
+    }
+    let [invalid, expired, guessed] = by_kind;
+    let first = &dead[0];
+    if invalid > 0 {
+        let bad = dead.iter().find(|d| d.kind == "invalid").unwrap_or(first);
+        warn!(invalid, expired, guessed, partition = bad.partition, offset = bad.offset, reason = %bad.reason, "dead letters in this transaction: a writer sends records stage 1 refuses (the first named)");
+    } else {
+        info!(expired, guessed, partition = first.partition, offset = first.offset, reason = %first.reason, "dead letters in this transaction: flips for the recount queue (likes reconcile --dead-letters)");
     }
 }
 

@@ -330,7 +330,11 @@ mod tests {
         prompt.event_time_ms = NOW - 1_000;
         assert!(matches!(
             apply(None, prompt, NOW, H),
-            Verdict::Apply { guessed: false, delta: -1, .. }
+            Verdict::Apply {
+                guessed: false,
+                delta: -1,
+                ..
+            }
         ));
     }
 

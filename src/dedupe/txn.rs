@@ -39,9 +39,8 @@ impl Dedupe {
                 (&self.input.topic, d.partition, d.offset),
             );
             send(&self.producer, r)?;
-            warn!(partition = d.partition, offset = d.offset, reason = %d.reason, "dead letter");
+            tracing::debug!(partition = d.partition, offset = d.offset, reason = %d.reason, kind = d.kind, "dead letter");
             self.stats.dead_letters += 1;
-            metrics::counter!(m::DLQ_RECORDS, "stage" => "dedupe").increment(1);
         }
         for ((item, _second), sum) in &batch.items {
             if sum.delta == 0 {

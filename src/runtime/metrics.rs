@@ -33,8 +33,13 @@ pub const COMMITS_RESUMED: &str = "likes_dedupe_commits_resumed_total";
 pub const OFFSET_RESETS: &str = "likes_offset_out_of_range_total";
 /// Stage 1: combined Delta records written to `likes.deltas`.
 pub const DELTAS_OUT: &str = "likes_dedupe_deltas_total";
-/// Records sent to `likes.dlq` (label `stage`).
+/// Records sent to `likes.dlq` (labels `stage`, `kind`).
 pub const DLQ_RECORDS: &str = "likes_dlq_records_total";
+/// The `kind` label of [`DLQ_RECORDS`]: `invalid` (undecodable or refused input: a writer's
+/// fault), `expired` (a flip older than the horizon with nothing remembered: most often a
+/// late copy of a flip counted before, e.g. a relay's after an outage), `guessed` (counted on
+/// a guessed baseline: a recount record).
+pub const DLQ_KINDS: [&str; 3] = ["invalid", "expired", "guessed"];
 /// Stage 1: committed transactions.
 pub const TRANSACTIONS: &str = "likes_dedupe_transactions_total";
 /// Stage 2: records read from `likes.deltas`.
@@ -157,7 +162,9 @@ pub fn start_at_zero(role: &'static str) {
             }
         }
         "dedupe" | "count" => {
-            counter!(DLQ_RECORDS, "stage" => role).absolute(0);
+            for kind in DLQ_KINDS {
+                counter!(DLQ_RECORDS, "stage" => role, "kind" => kind).absolute(0);
+            }
             counter!(OFFSET_RESETS, "stage" => role).absolute(0);
             counter!(STAGE_RESTARTS, "stage" => role).absolute(0);
             if role == "count" {
