@@ -175,3 +175,65 @@ async fn answered_writes_leave_no_outbox_entry_once_their_clears_are_sent() {
     );
     fx::teardown(&settings, &topology).await;
 }
+
+/// Issue 43, hole 7c: a write whose broker ack came after `api.publish_wait` is answered with
+/// its event left to the relay; the send goes on, and when it is acknowledged the entry is
+/// cleared. Before, the entry stayed, and after an outage every relay published every such
+/// flip again (18,222 copies of flips already counted in one chaos run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_publish_acknowledged_after_its_wait_clears_its_outbox_entry() {
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, topology, app, client) = api::serve_with("lateack", |s| {
+        // Every ack comes after the wait: each write is answered with its event deferred.
+        s.api.publish_wait = Duration::from_micros(1);
+        s.api.relay = false;
+    })
+    .await;
+    for i in 0..20 {
+        let (s, e) = client
+            .like(&format!("u{i}"), "item-late", &format!("k{i}"))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{e}");
+    }
+    // Each write's event is on the log (the abandoned send went on) ...
+    let topic = settings.topic(&topology.topics.events.name);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (s2, t2) = (settings.clone(), topic.clone());
+        let events = tokio::task::spawn_blocking(move || all_events(&s2, &t2))
+            .await
+            .unwrap();
+        if events.len() >= 20 || std::time::Instant::now() > deadline {
+            assert_eq!(events.len(), 20, "every event once");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // ... and its outbox entry is gone: nothing is left for a relay to publish again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        app.writer.flush_clears().await;
+        let left = outbox_rows(&app).await;
+        if left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{left} outbox entries of acknowledged events left for the relay to publish again"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    fx::teardown(&settings, &topology).await;
+}
+
+async fn outbox_rows(app: &likes::api::App) -> i64 {
+    let ks = &app.settings.cql.keyspace;
+    let rows = app
+        .session
+        .query_unpaged(format!("SELECT COUNT(*) FROM {ks}.outbox"), ())
+        .await
+        .unwrap()
+        .into_rows_result()
+        .unwrap();
+    rows.first_row::<(i64,)>().unwrap().0
+}

@@ -371,22 +371,41 @@ impl Writer {
                 cas_done::reached();
                 let ticket = self.suspicion.ticket(self.publish_wait);
                 let wait = ticket.wait;
-                let publish = self.events.publish(item, user, &edge, source, home);
-                let deferred = match tokio::time::timeout(wait, publish).await {
-                    Ok(Ok(())) => None,
+                // The send runs on its own: abandoned at the wait, it goes on, and its late
+                // ack clears the outbox entry, so no relay publishes the flip again (issue 43,
+                // hole 7c: after an outage every relay re-sent thousands of counted flips).
+                let mut send = {
+                    let (events, (it, us)) =
+                        (self.events.clone(), (item.to_string(), user.to_string()));
+                    tokio::spawn(async move { events.publish(&it, &us, &edge, source, home).await })
+                };
+                let deferred = match tokio::time::timeout(wait, &mut send).await {
+                    Ok(Ok(Ok(()))) => None,
                     // A broker that is away or slow: the relay publishes later.
-                    Ok(Err(e)) if broker_away(&e) => Some(("error", e.to_string())),
+                    Ok(Ok(Err(e))) if broker_away(&e) => Some(("error", e.to_string())),
                     // A topic missing, a record refused: no later publish fares better, so the
                     // write fails loudly (retried with the same key, it replays).
-                    Ok(Err(e)) => {
+                    Ok(Ok(Err(e))) => {
                         return Err(WriteError::RetryWithSameKey(format!(
                             "publishing the event: {e}"
                         )))
                     }
-                    Err(_) => Some((
-                        "timeout",
-                        format!("no ack within {wait:?} (api.publish_wait, or less while the broker is suspect)"),
-                    )),
+                    Ok(Err(e)) => Some(("error", format!("the send's task: {e}"))),
+                    Err(_) => {
+                        let (clears, at) = (self.clears.clone(), (shard, minute));
+                        let (it, us, en) = (item.to_string(), user.to_string(), entry.clone());
+                        tokio::spawn(async move {
+                            if let Ok(Ok(())) = send.await {
+                                clears.clear(at, &it, &us, &en);
+                                metrics::counter!("likes_api_publishes_acked_late_total")
+                                    .increment(1);
+                            }
+                        });
+                        Some((
+                            "timeout",
+                            format!("no ack within {wait:?} (api.publish_wait, or less while the broker is suspect)"),
+                        ))
+                    }
                 };
                 ticket.ended(deferred.is_none(), matches!(deferred, Some(("error", _))));
                 match deferred {
