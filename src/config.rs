@@ -130,6 +130,20 @@ pub struct DedupeSettings {
     pub block_cache_mb: usize,
     #[serde(with = "humantime_serde")]
     pub transaction_timeout: Duration,
+    /// Let stage 1 start with a `dedupe_ttl` under its floor (tests, demos, chaos runs on a
+    /// short horizon); see [`DedupeSettings::horizon_floor`].
+    #[serde(default)]
+    pub allow_short_horizon: bool,
+}
+
+impl DedupeSettings {
+    /// The shortest horizon stage 1 starts with: four times what a flip may spend on its way
+    /// without a broker outage (a transaction's timeout, a commit resumed past two request
+    /// timeouts, the relay's minimum age). A horizon near it turns a flip delayed by an
+    /// outage into one stage 1 can no longer tell from a copy (issue 43, hole 7a).
+    pub fn horizon_floor(&self, kafka: &KafkaSettings, api: &ApiSettings) -> Duration {
+        (self.transaction_timeout + kafka.request_timeout * 2 + api.relay_min_age) * 4
+    }
 }
 
 /// The Prometheus endpoint.

@@ -100,6 +100,8 @@ pub struct Pass {
     /// pass tries again), and the first one's error.
     pub failed: u64,
     pub first_error: Option<String>,
+    /// The write time of the oldest due entry this pass found (ms; None: none).
+    pub oldest_ms: Option<i64>,
 }
 
 /// A write puts its outbox entry within its own timeouts of the time its minute is taken
@@ -210,6 +212,10 @@ async fn drain_page(
     let mut young = 0;
     for e in entries {
         if e.created_at_ms <= cutoff {
+            done.oldest_ms = Some(
+                done.oldest_ms
+                    .map_or(e.created_at_ms, |o| o.min(e.created_at_ms)),
+            );
             let d = due
                 .entry((e.item, e.user))
                 .or_insert((i64::MAX, Vec::new()));
@@ -270,6 +276,11 @@ pub async fn run(relay: Arc<Relay>, every: Duration, min_age: Duration, stop: Ca
         match pass(&relay, min_age).await {
             Ok(p) => {
                 metrics::counter!(m::RELAY_PUBLISHED).increment(p.published);
+                // How far behind the relay is, for the alert against the dedupe horizon.
+                let oldest = p
+                    .oldest_ms
+                    .map_or(0.0, |t| (now_ms() - t).max(0) as f64 / 1000.0);
+                metrics::gauge!(m::RELAY_OLDEST_SECONDS).set(oldest);
                 if p.failed > 0 {
                     // One line per pass, not per partition: a broker away fails them all.
                     metrics::counter!(m::RELAY_PASSES, "outcome" => "error").increment(1);

@@ -149,6 +149,8 @@ struct Batch {
     /// Valid events by client platform (index into `event::PLATFORM_LABELS`), counted once
     /// per batch rather than per event: the metrics registry is no place for the hot loop.
     platforms: [u64; event::PLATFORM_LABELS.len()],
+    /// The largest event delay among them, ms (the gauge the horizon alerts read).
+    max_delay_ms: i64,
 }
 
 /// One item's deltas in one event-time second of a batch: one Delta record.
@@ -207,6 +209,7 @@ impl Dedupe {
         health: Health,
         stop: CancellationToken,
     ) -> Result<Self> {
+        check_horizon(settings, topology)?;
         let mut startup = Startup::new();
         let instance = settings.instance_id();
         let group = settings.group(&topology.groups.dedupe);
@@ -349,7 +352,13 @@ impl Dedupe {
             })
             .collect();
         match self.commit(&batch, &marks, tick_due) {
-            Ok(()) => summarize_dead_letters(&batch.dead),
+            Ok(()) => {
+                summarize_dead_letters(&batch.dead);
+                if !batch.offsets.is_empty() {
+                    metrics::gauge!(m::EVENT_DELAY_MAX_SECONDS)
+                        .set(batch.max_delay_ms as f64 / 1000.0);
+                }
+            }
             // Stopping (possibly with a commit's outcome unknown): leave it to the next start's
             // recovery; an abort now would only conflict with the commit still under way.
             Err(e) if self.stop.is_cancelled() => return Err(e),
@@ -490,8 +499,9 @@ impl Dedupe {
         if !replay {
             batch.platforms[valid.platform_index()] += 1;
         }
-        metrics::histogram!(m::EVENT_DELAY_SECONDS)
-            .record((now - valid.flip.event_time_ms).max(0) as f64 / 1000.0);
+        let delay_ms = (now - valid.flip.event_time_ms).max(0);
+        metrics::histogram!(m::EVENT_DELAY_SECONDS).record(delay_ms as f64 / 1000.0);
+        batch.max_delay_ms = batch.max_delay_ms.max(delay_ms);
         let key = edge_key(&valid.event.item_id, &valid.event.user_id);
         let remembered = match batch.edges.get(&key) {
             Some((v, _)) => Some(*v),
@@ -556,6 +566,31 @@ impl Dedupe {
         }
         Ok(())
     }
+}
+
+/// Refuses a horizon a delayed flip could outlive (issue 43, hole 7a): in a chaos run with a
+/// 45 s horizon, a transaction caught by an outage waited 30 s on an unknown commit outcome,
+/// was fenced and restarted, and reached its batch 45-46 s after the flips' time, and 91
+/// flips were lost to the expired path. `dedupe.allow_short_horizon` lets a test run one.
+fn check_horizon(settings: &Settings, topology: &Topology) -> Result<()> {
+    let floor = settings
+        .dedupe
+        .horizon_floor(&settings.kafka, &settings.api);
+    metrics::gauge!(m::HORIZON_SECONDS).set(topology.dedupe_ttl.as_secs_f64());
+    if topology.dedupe_ttl >= floor {
+        return Ok(());
+    }
+    if settings.dedupe.allow_short_horizon {
+        warn!(dedupe_ttl = ?topology.dedupe_ttl, ?floor, "a dedupe horizon under its floor (dedupe.allow_short_horizon): a flip delayed by an outage may outlive it");
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "the topology's dedupe_ttl ({:?}) is under 4 x (dedupe.transaction_timeout + 2 x \
+         kafka.request_timeout + api.relay_min_age) = {floor:?}: a flip delayed by a broker \
+         outage could reach stage 1 past it and be refused as a copy. Raise dedupe_ttl, or \
+         set dedupe.allow_short_horizon = true for a test or demo",
+        topology.dedupe_ttl
+    )))
 }
 
 /// One line and the counters per committed transaction, not per record: after an outage a
@@ -649,5 +684,34 @@ impl DedupeStats {
         self.previous_home += o.previous_home;
         self.offset_resets += o.offset_resets;
         self.commits_resumed += o.commits_resumed;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::Settings;
+    use crate::topology::Topology;
+
+    /// Issue 43, hole 7a: the chaos run's 45 s horizon started, and lost 91 flips to an
+    /// outage that delayed them past it.
+    #[test]
+    fn a_horizon_a_delayed_flip_could_outlive_is_refused_unless_asked_for() {
+        let mut settings = Settings::load(None).unwrap();
+        let mut topology = Topology::load(None).unwrap();
+        super::check_horizon(&settings, &topology).unwrap();
+        topology.dedupe_ttl = Duration::from_secs(45);
+        let err = super::check_horizon(&settings, &topology)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("dedupe_ttl")
+                && err.contains("allow_short_horizon")
+                && err.contains("360s"),
+            "{err}"
+        );
+        settings.dedupe.allow_short_horizon = true;
+        super::check_horizon(&settings, &topology).unwrap();
     }
 }

@@ -85,6 +85,12 @@ pub const STATE_MEMORY: &str = "likes_dedupe_state_memory_bytes";
 pub const INPUT_DELAY_SECONDS: &str = "likes_count_input_delay_seconds";
 /// Stage 1: wall clock at processing minus event time, seconds: how late events reach it.
 pub const EVENT_DELAY_SECONDS: &str = "likes_dedupe_event_delay_seconds";
+/// Stage 1: the configured dedupe horizon, seconds (the alerts compare delays with it).
+pub const HORIZON_SECONDS: &str = "likes_dedupe_horizon_seconds";
+/// Stage 1: the largest event delay (now − event time) of the last committed turn, seconds.
+pub const EVENT_DELAY_MAX_SECONDS: &str = "likes_dedupe_event_delay_max_seconds";
+/// Relay: the age of the oldest due outbox entry the last pass found, seconds (0: none).
+pub const RELAY_OLDEST_SECONDS: &str = "likes_relay_oldest_entry_seconds";
 /// API: requests by route pattern, method and status code (the write-availability SLO).
 pub const API_REQUESTS: &str = "likes_api_requests_total";
 /// API: request duration by route pattern and method, seconds (the write-latency SLO).
@@ -156,6 +162,7 @@ pub fn start_at_zero(role: &'static str) {
             }
         }
         "relay" => {
+            metrics::gauge!(RELAY_OLDEST_SECONDS).set(0.0);
             counter!(RELAY_PUBLISHED).absolute(0);
             for outcome in ["ok", "error"] {
                 counter!(RELAY_PASSES, "outcome" => outcome).absolute(0);
@@ -176,6 +183,7 @@ pub fn start_at_zero(role: &'static str) {
                     counter!(CORRECTIONS, "outcome" => outcome).absolute(0);
                 }
             } else {
+                metrics::gauge!(EVENT_DELAY_MAX_SECONDS).set(0.0);
                 counter!(EVENTS_IN).absolute(0);
                 counter!(DUPLICATES).absolute(0);
                 counter!(PREVIOUS_HOME_FLIPS).absolute(0);
@@ -267,6 +275,18 @@ fn describe() {
         "Events the relay published for flips whose produce failed"
     );
     describe_counter!(RELAY_PASSES, "Relay passes over the outbox, by outcome");
+    describe_gauge!(
+        RELAY_OLDEST_SECONDS,
+        "age of the oldest due outbox entry the relay's last pass found, seconds (0: none)"
+    );
+    describe_gauge!(
+        HORIZON_SECONDS,
+        "stage 1's configured dedupe horizon, seconds"
+    );
+    describe_gauge!(
+        EVENT_DELAY_MAX_SECONDS,
+        "the largest event delay (now - event time) of stage 1's last committed turn, seconds"
+    );
     describe_gauge!(
         CLOCK_SKEW,
         "this host's clock minus the database's, ms, as last measured; past cql.max_clock_skew writes and relay passes are refused"

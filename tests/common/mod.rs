@@ -37,6 +37,8 @@ pub fn settings(base: &str) -> Settings {
     // One host: the clocks agree, and the tests' short in-flight bounds leave room for only
     // a small bound (api.relay_min_age must exceed the deadline, one CQL timeout and twice it).
     s.cql.max_clock_skew = std::time::Duration::from_millis(250);
+    // Tests pass horizons in seconds on purpose (the clock seam, short TTLs).
+    s.dedupe.allow_short_horizon = true;
     s
 }
 
@@ -47,6 +49,10 @@ pub fn env_for(settings: &Settings) -> Vec<(&'static str, String)> {
     e.push((
         "LIKES__CQL__MAX_CLOCK_SKEW",
         format!("{}ms", settings.cql.max_clock_skew.as_millis()),
+    ));
+    e.push((
+        "LIKES__DEDUPE__ALLOW_SHORT_HORIZON",
+        settings.dedupe.allow_short_horizon.to_string(),
     ));
     e
 }

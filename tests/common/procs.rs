@@ -27,6 +27,10 @@ pub fn stage_env(settings: &Settings, audit: &std::path::Path) -> Vec<(String, S
             format!("{}ms", settings.cql.max_clock_skew.as_millis()),
         ),
         (
+            "LIKES__DEDUPE__ALLOW_SHORT_HORIZON".into(),
+            settings.dedupe.allow_short_horizon.to_string(),
+        ),
+        (
             "LIKES__KAFKA__TOPIC_PREFIX".into(),
             settings.kafka.topic_prefix.clone(),
         ),

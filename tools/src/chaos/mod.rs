@@ -224,6 +224,8 @@ async fn run_one(
         let text = toml::to_string(&topology).map_err(|e| anyhow!(format!("topology: {e}")))?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         env.push(("LIKES__TOPOLOGY__PATH".into(), path.display().to_string()));
+        // A short horizon on purpose: stage 1 refuses one under its floor otherwise.
+        env.push(("LIKES__DEDUPE__ALLOW_SHORT_HORIZON".into(), "true".into()));
     }
     let topology = &topology;
     let (session, _) = crate::namespace::create(&settings, topology, false).await?;
