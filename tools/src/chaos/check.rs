@@ -1,7 +1,8 @@
 //! The verdict of a chaos run, from a full scan of the store and the log once the pipeline
 //! has drained: counter rows against LIKED edges, acknowledged likes against `edges`, the
-//! committed deltas against the counter rows (so a drift is located to a stage), and no
-//! counter row below 0.
+//! committed deltas against the counter rows (so a drift is located to a stage), stage 1's
+//! deltas alone against the edges for every item the recount queue does not name (no silent
+//! miscount, whatever a reconcile corrected later), and no counter row below 0.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -60,6 +61,13 @@ pub struct Verdict {
     pub erased_likes_left: usize,
     /// Up to 20 drifted items.
     pub drifts: Vec<Drift>,
+    /// Items whose stage-1 deltas alone (no correction) differ from their LIKED edges and
+    /// that the recount queue does not name: a miscount with no alarm (issue 43).
+    pub silent_drift: usize,
+    /// Items whose stage-1 deltas alone differ, named by the recount queue (its to settle).
+    pub stage1_off_queued: usize,
+    /// Up to 20 of the silent ones (`deltas`: stage 1's alone).
+    pub silent: Vec<Drift>,
 }
 
 impl Verdict {
@@ -73,6 +81,7 @@ impl Verdict {
             && self.negative_rows == 0
             && self.erased_likes_left == 0
             && self.deltas_vs_counts == 0
+            && self.silent_drift == 0
     }
 }
 
@@ -100,7 +109,8 @@ pub async fn verdict(
     let ks = &settings.cql.keyspace;
     let (edges, counts) = edges_and_counts(session, ks).await?;
     let counts: BTreeMap<String, i64> = counts.into_iter().map(|(k, (c, _))| (k, c)).collect();
-    let (deltas, corrected) = committed_deltas(settings, topology)?;
+    let (deltas, stage1, corrected) = committed_deltas(settings, topology)?;
+    let queued = recount_queue_items(settings, topology)?;
     let mut items: Vec<&String> = edges
         .keys()
         .chain(counts.keys())
@@ -120,6 +130,24 @@ pub async fn verdict(
         let d = deltas.get(item).copied().unwrap_or(0);
         v.deltas_vs_counts += usize::from(d != c && !corrected.contains(item));
         v.deltas_vs_edges += usize::from(d != e);
+        // Stage 1's deltas alone, before any reconcile: off only for items the recount
+        // queue names (issue 43: a miscount with no dead letter is a silent one).
+        let alone = stage1.get(item).copied().unwrap_or(0);
+        if alone != e {
+            if queued.contains(item) {
+                v.stage1_off_queued += 1;
+            } else {
+                v.silent_drift += 1;
+                if v.silent.len() < 20 {
+                    v.silent.push(Drift {
+                        item: item.clone(),
+                        edges: e,
+                        counted: c,
+                        deltas: alone,
+                    });
+                }
+            }
+        }
         if e != c {
             v.drift_items += 1;
             v.drift_abs += (e - c).abs();
@@ -160,13 +188,70 @@ pub async fn verdict(
 }
 
 /// Per item, the sum of the committed Delta and Correction records on `likes.deltas`, read
-/// (read_committed) up to the end the log had when the read began; and the items that got a
-/// correction.
+/// (read_committed) up to the end the log had when the read began; the same for stage 1's
+/// Delta records alone; and the items that got a correction.
 fn committed_deltas(
     settings: &Settings,
     topology: &Topology,
-) -> Result<(BTreeMap<String, i64>, std::collections::BTreeSet<String>)> {
+) -> Result<(
+    BTreeMap<String, i64>,
+    BTreeMap<String, i64>,
+    std::collections::BTreeSet<String>,
+)> {
     let topic = settings.topic(&topology.topics.deltas.name);
+    let mut sums = BTreeMap::new();
+    let mut stage1 = BTreeMap::new();
+    let mut corrected = std::collections::BTreeSet::new();
+    read_to_end(settings, &topic, topology.topics.deltas.partitions, |m| {
+        let Some(v) = m.payload() else { return };
+        match DeltaRecord::decode(v).ok().and_then(|r| r.record) {
+            Some(Record::Delta(d)) => {
+                *stage1.entry(d.item_id.clone()).or_insert(0) += d.delta;
+                *sums.entry(d.item_id).or_insert(0) += d.delta;
+            }
+            Some(Record::Correction(c)) => {
+                corrected.insert(c.item_id.clone());
+                *sums.entry(c.item_id).or_insert(0) += c.delta;
+            }
+            _ => {}
+        }
+    })?;
+    Ok((sums, stage1, corrected))
+}
+
+/// The items the recount queue (`likes.dlq`) names: stage 1's dead letters and recount
+/// records, stage 2's refused records. A count off for one of them is on its way to a
+/// recount; off for any other item it is off in silence.
+fn recount_queue_items(
+    settings: &Settings,
+    topology: &Topology,
+) -> Result<std::collections::BTreeSet<String>> {
+    let topic = settings.topic(&topology.topics.dlq.name);
+    let deltas = settings.topic(&topology.topics.deltas.name);
+    let mut items = std::collections::BTreeSet::new();
+    read_to_end(settings, &topic, topology.topics.dlq.partitions, |m| {
+        use rdkafka::message::Headers;
+        let from_deltas = m.headers().is_some_and(|h| {
+            h.iter()
+                .any(|x| x.key == "likes.source.topic" && x.value == Some(deltas.as_bytes()))
+        });
+        if let Some(item) =
+            likes::ops::dead_letters::item_of_record(from_deltas, m.key(), m.payload())
+        {
+            items.insert(item);
+        }
+    })?;
+    Ok(items)
+}
+
+/// Reads every committed record of `topic`'s `partitions` up to the ends they had when the
+/// read began.
+fn read_to_end(
+    settings: &Settings,
+    topic: &str,
+    partitions: i32,
+    mut each: impl FnMut(&rdkafka::message::BorrowedMessage<'_>),
+) -> Result<()> {
     let timeout = settings.kafka.request_timeout;
     let consumer: BaseConsumer<LogContext> = kafka::client_config(&settings.kafka)
         .set("group.id", "likes-chaos-check")
@@ -175,14 +260,12 @@ fn committed_deltas(
         .create_with_context(LogContext)?;
     let mut tpl = TopicPartitionList::new();
     let mut ends = HashMap::new();
-    for p in 0..topology.topics.deltas.partitions {
-        let (_, high) = consumer.fetch_watermarks(&topic, p, timeout)?;
+    for p in 0..partitions {
+        let (_, high) = consumer.fetch_watermarks(topic, p, timeout)?;
         ends.insert(p, high);
-        tpl.add_partition_offset(&topic, p, Offset::Beginning)?;
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
     }
     consumer.assign(&tpl)?;
-    let mut sums = BTreeMap::new();
-    let mut corrected = std::collections::BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let position = consumer.position()?;
@@ -191,7 +274,7 @@ fn committed_deltas(
             _ => ends.get(&e.partition()).copied().unwrap_or(0) == 0,
         });
         if done {
-            return Ok((sums, corrected));
+            return Ok(());
         }
         if Instant::now() > deadline {
             return Err(anyhow!("reading {topic} to its end: timed out after 120 s"));
@@ -200,14 +283,6 @@ fn committed_deltas(
             continue;
         };
         let Ok(m) = m else { continue };
-        let Some(v) = m.payload() else { continue };
-        match DeltaRecord::decode(v).ok().and_then(|r| r.record) {
-            Some(Record::Delta(d)) => *sums.entry(d.item_id).or_insert(0) += d.delta,
-            Some(Record::Correction(c)) => {
-                corrected.insert(c.item_id.clone());
-                *sums.entry(c.item_id).or_insert(0) += c.delta;
-            }
-            _ => {}
-        }
+        each(&m);
     }
 }
