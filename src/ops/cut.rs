@@ -53,6 +53,12 @@ pub fn choose() -> i64 {
     now_ms().div_euclid(GRID_MS) * GRID_MS
 }
 
+/// The cut for now, but past `after` (ms): the first whole second above it when that is
+/// later (the job then waits for its clock to pass it, as for any cut).
+pub fn choose_after(after: i64) -> i64 {
+    choose().max((after.div_euclid(GRID_MS) + 1) * GRID_MS)
+}
+
 /// An edge's state at K: Some(liked), or None when it flipped twice or more since K and the
 /// row no longer tells how often.
 pub fn liked_at(

@@ -48,6 +48,9 @@ pub struct Queued {
     pub elsewhere: Vec<String>,
     /// Items whose range is closed by a move under way: put back on the queue.
     pub closed: Vec<String>,
+    /// The latest event time among the records that carry an event (ms): the recount's cut
+    /// is after it (issue 43, item 8: a writer's clock ahead could put a flip past the cut).
+    pub latest_event_ms: i64,
     /// Partition → the offset to commit once every item is settled.
     ends: HashMap<i32, i64>,
 }
@@ -141,6 +144,11 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
                                 x.key == "likes.source.topic" && x.value == Some(deltas.as_bytes())
                             })
                         });
+                        if !from_deltas {
+                            if let Some(e) = m.payload().and_then(|v| LikeEvent::decode(v).ok()) {
+                                q.latest_event_ms = q.latest_event_ms.max(e.event_time_ms);
+                            }
+                        }
                         match item_of_record(from_deltas, m.key(), m.payload()) {
                             Some(item) => {
                                 items.insert(item);
@@ -338,7 +346,14 @@ pub async fn recount(p: &Pipeline, dry_run: bool, reason: &str) -> Result<Recoun
             ..Default::default()
         }
     } else {
-        super::reconcile::run(p, queue.items.clone(), dry_run, reason).await?
+        super::reconcile::run_after(
+            p,
+            queue.items.clone(),
+            dry_run,
+            reason,
+            queue.latest_event_ms,
+        )
+        .await?
     };
     let mut requeued: Vec<String> = reconcile
         .in_flight

@@ -70,6 +70,14 @@ pub async fn run(p: &Pipeline) -> Result<RebuildReport> {
     let ks = &p.settings.cql.keyspace;
     crate::store::recorded::mark_rebuilding(&p.session, ks, crate::runtime::clock::now_ms())
         .await?;
+    // A stage 2 that read "no rebuild" just before the mark is joining its group now: wait
+    // out a join, then check again (issue 43, item 8: checked only before the mark, such a
+    // stage 2 ran beside the rebuild). Refused, the mark goes, as nothing was rewritten.
+    tokio::time::sleep(p.settings.kafka.session_timeout).await;
+    if let Err(e) = refuse_live_group(p, &group).await {
+        crate::store::recorded::rebuild_done(&p.session, ks).await?;
+        return Err(e);
+    }
     let report = rebuild(p, &group).await?;
     crate::store::recorded::rebuild_done(&p.session, ks).await?;
     Ok(report)

@@ -100,6 +100,18 @@ pub async fn run(
     dry_run: bool,
     reason: &str,
 ) -> Result<ReconcileReport> {
+    run_after(p, items, dry_run, reason, i64::MIN).await
+}
+
+/// [`run`] with every cut past `after` (ms): the recount queue's cuts must follow every flip
+/// it read, whose time a writer's clock ahead may have put past the job's own now.
+pub async fn run_after(
+    p: &Pipeline,
+    items: Vec<String>,
+    dry_run: bool,
+    reason: &str,
+    after: i64,
+) -> Result<ReconcileReport> {
     let mut report = ReconcileReport {
         dry_run,
         ..Default::default()
@@ -108,7 +120,7 @@ pub async fn run(
     let topic = p.settings.topic(&p.topology.topics.deltas.name);
     let mut todo = items;
     for attempt in 1..=ATTEMPTS {
-        let k = cut::choose();
+        let k = cut::choose_after(after);
         // What the rows' correction fence records for this run: the cut, plus a
         // millisecond drawn per run, so two runs within one second do not share it.
         let tag = k + rand::random_range(1..1000);

@@ -403,6 +403,17 @@ pub async fn r#move(
     })
 }
 
+/// How long the recount waits after the settle before it chooses its cut K (a whole second):
+/// K must be after the settle (a cut before the range's stay here is refused by stage 2),
+/// and past every flip the old home stamped before the fence, whose clock may be up to twice
+/// `cql.max_clock_skew` ahead of this host's (issue 43, item 8).
+fn recount_wait_ms(now_ms: i64, max_clock_skew: Duration) -> u64 {
+    let margin = max_clock_skew.as_millis() as i64 * 2;
+    let earliest = now_ms + margin + 1000;
+    let k = (earliest.div_euclid(1000) + 1) * 1000;
+    (k - now_ms) as u64
+}
+
 /// The recount after a move: every item of `ranges` with an edge or a counter row, recounted
 /// at a cut after the settle through this (the new home's) pipeline. The old home's count
 /// stopped writing these rows when its lease ran out, so what it had not counted is the
@@ -414,10 +425,8 @@ async fn recount_ranges(
     ranges: &[i32],
     of: usize,
 ) -> Result<ReconcileReport> {
-    // The recount's cut is a whole second, and its corrections carry it: a cut before the
-    // settle would be refused by stage 2 as older than the range's stay here.
-    let gap = 2000 - crate::runtime::clock::now_ms().rem_euclid(1000);
-    tokio::time::sleep(Duration::from_millis(gap as u64)).await;
+    let wait = recount_wait_ms(crate::runtime::clock::now_ms(), settings.cql.max_clock_skew);
+    tokio::time::sleep(Duration::from_millis(wait)).await;
     let p = Pipeline::connect(settings, topology).await?;
     let items: Vec<String> = p
         .all_items()
@@ -510,5 +519,24 @@ fn unreachable(e: Error) -> Error {
         ))
     } else {
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn the_recount_cut_is_past_the_old_homes_clock() {
+        for now in [1_000_000_000_000, 1_000_000_000_999, 1_000_000_000_500] {
+            let wait = super::recount_wait_ms(now, Duration::from_secs(2)) as i64;
+            let k = now + wait;
+            assert_eq!(k % 1000, 0, "a whole second");
+            assert!(
+                k > now + 4_000 + 1_000 - 1,
+                "past twice the skew and a second: {wait}"
+            );
+            assert!(wait <= 6_000);
+        }
     }
 }

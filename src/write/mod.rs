@@ -273,6 +273,8 @@ impl Writer {
             key: request_keys::stored(source, key),
             bucket: hash::bucket_of(user, self.buckets) as i32,
             now,
+            started: std::time::Instant::now(),
+            epoch: self.routes.as_ref().map(|_| home.epoch),
         };
         let s = &*self.store;
         let shard = outbox_shard(now);
@@ -443,6 +445,10 @@ struct Request<'a> {
     key: String,
     bucket: i32,
     now: i64,
+    /// When the write began (monotonic: it runs on while the process is paused).
+    started: std::time::Instant,
+    /// With home regions: the epoch of the item's range when the write began.
+    epoch: Option<i64>,
 }
 
 /// The time a request is stamped with on its edge: its own clock, but never at or before
@@ -468,6 +474,34 @@ enum Outcome {
 /// from a SERIAL read when it loses a race. "Already in that state" is decided by the CAS
 /// itself (`IF op_id = :seen`), never by the guess.
 impl Writer {
+    /// Checked right before every compare-and-set: a write past its deadline, or whose
+    /// item's range moved (or whose view of the range table aged past its lease) since it
+    /// began, writes nothing. A move waits out lease + deadline + one CQL timeout before the
+    /// new home writes; a paused writer that woke after that must not land its CAS on the
+    /// new home's edges (issue 43, hole 6a). The deadline's own timer cannot say so: tokio
+    /// polls the write before its timer, so a woken write would send its CAS first. The
+    /// clock is monotonic, so the pause counts. (What remains: a pause between this check
+    /// and the bytes leaving, a few microseconds; the CQL timeout bounds a CAS once sent.)
+    fn may_still_write(&self, req: &Request<'_>) -> std::result::Result<(), WriteError> {
+        if req.started.elapsed() >= self.deadline {
+            return Err(WriteError::RetryWithSameKey(format!(
+                "the write passed its deadline ({:?}) before its compare-and-set, which was not sent",
+                self.deadline
+            )));
+        }
+        if let (Some(routes), Some(epoch)) = (&self.routes, req.epoch) {
+            match routes.route(req.item) {
+                Route::Here(h) if h.epoch == epoch => {}
+                _ => {
+                    return Err(WriteError::RangeClosed(
+                        "the item's range moved, or this region's view of it aged, while the write waited".into(),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn cas(
         &self,
         req: &Request<'_>,
@@ -477,6 +511,10 @@ impl Writer {
         // Requests on one edge with different keys contend for its next slot: each lost race
         // is a fresh read and another try.
         for _attempt in 0..(2 * request_keys::KEPT) {
+            // A fault test holds a write here, as a paused process (GC, VM pause, SIGSTOP)
+            // would hold it between its start and its compare-and-set.
+            fail::fail_point!("api-before-cas");
+            self.may_still_write(req)?;
             let keys = seen.as_ref().map(|r| &r.keys);
             if let Some(r) = keys.and_then(|k| request_keys::lookup(k, &req.key, req.now)) {
                 // A key the row holds was written by a committed CAS: its answer is final.

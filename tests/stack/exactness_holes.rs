@@ -450,6 +450,35 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
     fx::setup(&settings, &topology).await;
     let changelog = settings.topic(&topology.topics.dedupe_changelog.name);
 
+    // An earlier transaction of the previous owner, committed: an edge and the marker
+    // "emitted up to 5". A restore that stopped at the first marker it met, whatever its
+    // value, would stop here (issue 43, item 9: without it this test passed with the fix
+    // removed).
+    let earlier: BaseProducer = kafka::producer_config(&settings.kafka)
+        .set("transactional.id", crate::common::unique("restore-earlier"))
+        .create()
+        .unwrap();
+    let t = Duration::from_secs(10);
+    earlier.init_transactions(t).unwrap();
+    earlier.begin_transaction().unwrap();
+    let old_key = edge_key("item-o", "user-o");
+    let old_value = encode_version(&EdgeVersion {
+        op_id: 1,
+        liked: true,
+        event_time_ms: now_ms(),
+    });
+    let old_marker = 5i64.to_be_bytes();
+    for (k, v) in [
+        (&old_key[..], &old_value[..]),
+        (EMITTED_KEY, &old_marker[..]),
+    ] {
+        earlier
+            .send(BaseRecord::to(&changelog).partition(3).key(k).payload(v))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    earlier.commit_transaction(t).unwrap();
+
     // The previous owner's last transaction: an edge and the marker "emitted up to 10" on
     // changelog partition 3, still open when the new owner starts its restore (its offset
     // commit is already visible; its changelog markers are not yet).
@@ -457,7 +486,6 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
         .set("transactional.id", crate::common::unique("restore-txn"))
         .create()
         .unwrap();
-    let t = Duration::from_secs(10);
     producer.init_transactions(t).unwrap();
     producer.begin_transaction().unwrap();
     let key = edge_key("item-r", "user-r");
@@ -479,8 +507,8 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
     let dir = settings.dedupe.state_dir.join("restore");
     std::fs::create_dir_all(&dir).unwrap();
     let store = EdgeStore::open(&dir, 7 * 24 * 3600 * 1000, 8 << 20).unwrap();
-    // Without a known end, a restore stops at the first end of the partition: it misses
-    // the transaction (what recovery did before the marker).
+    // Without a known end, a restore stops at the first end of the partition: it has the
+    // earlier transaction, and misses the open one (what recovery did before the marker).
     let blind = DedupeOffset {
         offset: Some(10),
         emitted: None,
@@ -493,8 +521,8 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
             .unwrap();
     assert_eq!(
         r,
-        Recovery::Restored(0),
-        "the open transaction is not readable yet"
+        Recovery::Restored(1),
+        "the earlier transaction's edge; the open transaction is not readable yet"
     );
 
     // With the committed marker as the end, the restore waits for the transaction.
@@ -520,6 +548,7 @@ async fn a_restore_reads_to_the_committed_marker_not_the_first_end() {
     );
     assert_eq!(mark.emitted, 10);
     assert_eq!(store.get(&key, now_ms()).unwrap(), Some(version));
+    assert!(store.get(&old_key, now_ms()).unwrap().is_some());
     fx::teardown(&settings, &topology).await;
 }
 

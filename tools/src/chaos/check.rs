@@ -190,14 +190,14 @@ pub async fn verdict(
 /// Per item, the sum of the committed Delta and Correction records on `likes.deltas`, read
 /// (read_committed) up to the end the log had when the read began; the same for stage 1's
 /// Delta records alone; and the items that got a correction.
-fn committed_deltas(
-    settings: &Settings,
-    topology: &Topology,
-) -> Result<(
+/// (all records' sums, stage 1's alone, the items corrected).
+type Sums = (
     BTreeMap<String, i64>,
     BTreeMap<String, i64>,
     std::collections::BTreeSet<String>,
-)> {
+);
+
+fn committed_deltas(settings: &Settings, topology: &Topology) -> Result<Sums> {
     let topic = settings.topic(&topology.topics.deltas.name);
     let mut sums = BTreeMap::new();
     let mut stage1 = BTreeMap::new();
