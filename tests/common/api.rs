@@ -113,7 +113,19 @@ pub fn all_like_events(settings: &likes::config::Settings, topic: &str) -> Vec<L
     let mut todo = std::collections::BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for p in meta.topics()[0].partitions() {
-        let (low, high) = c.fetch_watermarks(topic, p.id(), t).unwrap();
+        // A partition whose leader is still being elected (a topic just made, a loaded
+        // broker) answers NotLeaderForPartition for a moment: asked again, not failed.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let (low, high) = loop {
+            match c.fetch_watermarks(topic, p.id(), t) {
+                Ok(w) => break w,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    eprintln!("{topic} partition {}: {e}; asking again", p.id());
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("{topic} partition {}: {e}", p.id()),
+            }
+        };
         if high > low {
             todo.insert(p.id(), high);
             tpl.add_partition_offset(topic, p.id(), Offset::Offset(low))
