@@ -104,6 +104,11 @@ pub struct ApiSettings {
     /// How often the relay walks the outbox.
     #[serde(with = "humantime_serde")]
     pub relay_interval: Duration,
+    /// A relay drains an outbox shard only while it holds its lease (`outbox_lease`), so the
+    /// relays of many pods do not all publish the same entries; a dead relay's shards free
+    /// up after this long (0s: no leases).
+    #[serde(with = "humantime_serde")]
+    pub relay_lease: Duration,
     /// Outbox entries younger than this belong to requests in flight; the relay leaves them.
     /// Must exceed `write_deadline` + `cql.request_timeout` + 2 × `cql.max_clock_skew`
     /// (checked at start).
@@ -323,6 +328,13 @@ impl Settings {
                  2 × cql.max_clock_skew ({:?}): the relay would take the outbox entry of a \
                  request still in flight",
                 self.api.relay_min_age, in_flight
+            ));
+        }
+        if !self.api.relay_lease.is_zero() && self.api.relay_lease <= self.api.relay_interval * 2 {
+            return bad(format!(
+                "api.relay_lease ({:?}) must exceed 2 × api.relay_interval ({:?}) or be 0s: a \
+                 relay renews its shards at half the lease, once a pass",
+                self.api.relay_lease, self.api.relay_interval
             ));
         }
         if self.region.refresh.is_zero() || self.region.lease <= self.region.refresh {

@@ -14,6 +14,10 @@
 //! re-send a version from the past, which stage 1 may no longer remember, so those entries
 //! are only deleted. An entry written meanwhile stays for the next pass. Publishing an edge
 //! whose event is already on the log is harmless: stage 1 drops it by op_id.
+//!
+//! Many relays run at once (one per API pod by default): each drains only the shards whose
+//! lease it holds (`store/outbox_lease.rs`), so an outage's backlog is published about once,
+//! not once per relay (issue 43, item 7c).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,6 +36,7 @@ use crate::schema::v1::Source;
 use crate::store::edges::Edges;
 use crate::store::events::Events;
 use crate::store::outbox::{outbox_minute, Named, Outbox, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
+use crate::store::outbox_lease::{Held, Leases};
 use crate::topology::Topology;
 use crate::{cql, hash};
 
@@ -49,6 +54,8 @@ pub struct Relay {
     /// This host's clock against the database's: entries are judged old by it.
     pub clock: crate::cql::clock::ClockWatch,
     pub max_clock_skew: Duration,
+    /// None with `api.relay_lease = 0s`: this relay drains every shard.
+    pub leases: Option<Leases>,
 }
 
 impl Relay {
@@ -71,7 +78,14 @@ impl Relay {
         topology: &Topology,
     ) -> Result<Self> {
         let ks = &settings.cql.keyspace;
+        let leases = match settings.api.relay_lease {
+            ttl if ttl.is_zero() => None,
+            ttl => Some(
+                Leases::prepare(session.clone(), ks, settings.region.name.as_deref(), ttl).await?,
+            ),
+        };
         Ok(Self {
+            leases,
             outbox: Outbox::prepare(session.clone(), ks).await?,
             edges: Edges::prepare(session.clone(), ks).await?,
             clock: cql::clock::ClockWatch::spawn(
@@ -100,6 +114,8 @@ pub struct Pass {
     /// pass tries again), and the first one's error.
     pub failed: u64,
     pub first_error: Option<String>,
+    /// Shards another relay holds the lease of, left to it.
+    pub others: u64,
     /// The write time of the oldest due entry this pass found (ms; None: none).
     pub oldest_ms: Option<i64>,
 }
@@ -126,12 +142,24 @@ pub async fn pass(relay: &Relay, min_age: Duration) -> Result<Pass> {
     let last = outbox_minute(cutoff);
     let settled = outbox_minute(now - SETTLE_MS);
     let mut done = Pass::default();
+    let held = match &relay.leases {
+        Some(leases) => Some(leases.hold(0..OUTBOX_SHARDS as i32).await?),
+        None => None,
+    };
     for shard in 0..OUTBOX_SHARDS as i32 {
+        if held
+            .as_ref()
+            .is_some_and(|h| h.get(&shard) != Some(&Held::Mine))
+        {
+            done.others += 1;
+            continue;
+        }
         let Some(floor) = relay.outbox.floor(shard).await? else {
             // No floor: no process of this version has written here yet.
             continue;
         };
         let mut left = Vec::new();
+        let failed_before = done.failed;
         for minute in floor..=last {
             let remaining = match drain(relay, shard, minute, cutoff, &mut done).await {
                 Ok(remaining) => remaining,
@@ -147,6 +175,12 @@ pub async fn pass(relay: &Relay, min_age: Duration) -> Result<Pass> {
         let next = next_floor(floor, &left, settled);
         if next > floor {
             relay.outbox.set_floor(shard, next).await?;
+        }
+        if done.failed > failed_before {
+            // Another relay may reach what this one cannot (a broker it cannot see).
+            if let Some(leases) = &relay.leases {
+                leases.release(shard).await?;
+            }
         }
     }
     Ok(done)
@@ -189,6 +223,11 @@ async fn drain(
                 user: e.user.clone(),
                 entry: e.entry.clone(),
             });
+        }
+        if !entries.is_empty() {
+            // A page read and nothing published yet: where two relays that both read it
+            // would publish the same entries (tests/api_relay.rs).
+            fail::fail_point!("relay-after-scan");
         }
         remaining += drain_page(relay, shard, minute, cutoff, entries, done).await?;
         if !full {
@@ -299,6 +338,20 @@ pub async fn run(relay: Arc<Relay>, every: Duration, min_age: Duration, stop: Ca
         }
         crate::runtime::supervise::sleep_or_stop(every, &stop).await;
     }
+    if let Err(e) = release(&relay).await {
+        warn!(error = %e, "relay: could not release its outbox leases; they lapse on their own");
+    }
+}
+
+/// Lets every shard this relay holds go (a relay stopping, a rolling restart): the next relay
+/// takes them now, not once the lease lapses.
+pub async fn release(relay: &Relay) -> Result<()> {
+    if let Some(leases) = &relay.leases {
+        for shard in 0..OUTBOX_SHARDS as i32 {
+            leases.release(shard).await?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

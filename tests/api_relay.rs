@@ -237,3 +237,96 @@ async fn outbox_rows(app: &likes::api::App) -> i64 {
         .unwrap();
     rows.first_row::<(i64,)>().unwrap().0
 }
+
+/// Issue 43, item 7c: with a relay in every API pod, each used to publish every deferred
+/// entry. Two relays on one outbox: A has read a page and is held before publishing it; B's
+/// pass meanwhile leaves A's shards alone (their leases are A's), so every flip reaches the log
+/// once. Without leases B publishes the same entries and each flip is on the log twice. Once A
+/// lets its shards go (a relay stopping), B drains them at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn relays_hold_outbox_shards_by_lease_and_publish_each_entry_once() {
+    use std::sync::{mpsc, Mutex};
+    use tokio::sync::oneshot;
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, topology, _app, client) = api::serve("leases").await;
+    let b = Relay::connect(&settings, &topology).await.unwrap();
+
+    fail::cfg("api-after-flip-before-produce", "return").unwrap();
+    for i in 0..20 {
+        let (s, e) = client
+            .like(&format!("u{i}"), "item-lease", &format!("k{i}"))
+            .await;
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+    }
+
+    // A stops at its first page read, until the test lets it go; later pages pass.
+    let (reached_tx, reached) = mpsc::channel::<()>();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let held = Mutex::new(Some((reached_tx, go_rx)));
+    fail::cfg_callback("relay-after-scan", move || {
+        // Taken first: the guard must not stay held while A waits (B comes here too).
+        let first = held.lock().unwrap().take();
+        if let Some((reached, go)) = first {
+            reached.send(()).unwrap();
+            let _ = go.recv_timeout(Duration::from_secs(60));
+        }
+    })
+    .unwrap();
+    // A on a runtime of its own: the hold blocks one of its threads, and a task parked behind
+    // it must be A's, never B's or the test's.
+    let (a_pass, a_passed) = oneshot::channel();
+    let (a_release, a_released) = oneshot::channel::<oneshot::Sender<()>>();
+    let a = {
+        let (settings, topology) = (settings.clone(), topology.clone());
+        common::on_own_runtime(move || async move {
+            let a = Relay::connect(&settings, &topology).await.unwrap();
+            let _ = a_pass.send(relay::pass(&a, Duration::ZERO).await.unwrap());
+            let done = a_released.await.unwrap();
+            relay::release(&a).await.unwrap();
+            let _ = done.send(());
+        })
+    };
+    tokio::task::spawn_blocking(move || reached.recv_timeout(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("relay A never read a page");
+    let by_b = relay::pass(&b, Duration::ZERO).await.unwrap();
+    go.send(()).unwrap();
+    let by_a = a_passed.await.unwrap();
+    fail::remove("relay-after-scan");
+    assert_eq!(
+        by_a.published + by_b.published,
+        20,
+        "A: {by_a:?} B: {by_b:?}"
+    );
+    assert_eq!(
+        (by_a.others, by_b.others),
+        (0, 16),
+        "A took every free shard first; B left them to it"
+    );
+
+    // A stops: B takes its shards on its next pass and publishes what came since.
+    let (done, released) = oneshot::channel();
+    a_release.send(done).unwrap();
+    released.await.unwrap();
+    a.join().unwrap();
+    let (s, e) = client.like("u-late", "item-lease", "k-late").await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+    fail::remove("api-after-flip-before-produce");
+    let after = relay::pass(&b, Duration::ZERO).await.unwrap();
+    assert_eq!((after.published, after.others), (1, 0), "{after:?}");
+
+    let topic = settings.topic(&topology.topics.events.name);
+    let s2 = settings.clone();
+    let events = tokio::task::spawn_blocking(move || all_events(&s2, &topic))
+        .await
+        .unwrap();
+    for user in (0..20).map(|i| format!("u{i}")).chain(["u-late".into()]) {
+        assert_eq!(
+            of(&events, "item-lease", &user),
+            vec![(1, true)],
+            "{user}: one event per flip"
+        );
+    }
+    fx::teardown(&settings, &topology).await;
+}

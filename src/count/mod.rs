@@ -173,15 +173,18 @@ impl Count {
             let CountClock {
                 clock_ms,
                 window_ms,
+                then,
             } = CountClock::parse(&r.metadata).unwrap_or_default();
             let resume = r.offset.map(|offset| ResumePoint {
                 offset,
                 clock_ms,
                 window_ms,
+                then,
             });
-            // Only needed when the committed grid is not ours: the end up to which it is kept.
-            let replay_to = match resume {
-                Some(rp) if rp.window_ms > 0 && rp.window_ms != self.windows.window_ms() => {
+            // Only needed when the committed grid is not ours, or a change was under way: the
+            // end up to which it is kept.
+            let replay_to = match &resume {
+                Some(rp) if rp.needs_replay_end(self.windows.window_ms()) => {
                     let timeout = self.settings.kafka.request_timeout;
                     let (consumer, topic) = (&self.input.consumer, &self.input.topic);
                     tokio::task::block_in_place(|| {
@@ -281,6 +284,7 @@ impl Count {
                 let clock = CountClock {
                     clock_ms: point.clock_ms,
                     window_ms: point.window_ms,
+                    then: point.then.clone(),
                 };
                 (*p, point.offset, clock.metadata())
             })

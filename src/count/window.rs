@@ -69,42 +69,84 @@ struct PartitionState {
     clock_ms: i64,
     open: Option<Open>,
     next_offset: i64,
-    /// A committed grid other than this process's, kept while replaying what an earlier
-    /// process may have applied.
-    old_grid: Option<OldGrid>,
+    grid: Grid,
 }
 
-/// The grid a partition was committed on, when it is not this process's.
-#[derive(Debug, Clone, Copy)]
-struct OldGrid {
-    len: i64,
-    /// The log's end when the partition was assigned: a process that stopped before this
-    /// one started cannot have applied a window of a record at or past it.
-    replay_to: i64,
-    /// Once the replay reaches `replay_to`: the first boundary both grids share, at or
-    /// after the clock there. The new grid starts there.
-    until: Option<i64>,
+/// The window lengths in force along a partition's clock: `(from_ms, len)` steps, the first
+/// from the beginning of time. One step (this process's length) once nothing earlier
+/// processes may have applied is left to replay.
+#[derive(Debug, Clone, Default)]
+struct Grid {
+    steps: Vec<(i64, i64)>,
+    /// The log's end when the partition was assigned, while the committed grid is kept: a
+    /// process that stopped before this one started cannot have applied a window of a record
+    /// at or past it. There the grid switches to this process's length, at the first boundary
+    /// both lengths share.
+    replay_to: Option<i64>,
+}
+
+impl Grid {
+    fn len_at(&self, clock: i64, own: i64) -> i64 {
+        self.steps
+            .iter()
+            .rev()
+            .find(|(from, _)| *from <= clock)
+            .map_or(own, |&(_, len)| len)
+    }
+
+    /// The steps that start after `clock`: what a run resuming there must follow.
+    fn after(&self, clock: i64) -> Vec<(i64, i64)> {
+        self.steps
+            .iter()
+            .copied()
+            .filter(|(from, _)| *from > clock)
+            .collect()
+    }
+
+    /// Past everything an earlier process read, at `clock`: steps it never reached are
+    /// dropped, and this process's length starts at the next boundary both lengths share.
+    fn switch_to(&mut self, own: i64, clock: i64) {
+        self.steps.retain(|(from, _)| *from <= clock);
+        let len = self.len_at(clock, own);
+        if len != own {
+            let lcm = (len / gcd(len, own)).saturating_mul(own);
+            let at = if clock.rem_euclid(lcm) == 0 {
+                clock
+            } else {
+                clock.div_euclid(lcm).saturating_add(1).saturating_mul(lcm)
+            };
+            self.steps.push((at, own));
+        }
+        self.replay_to = None;
+    }
 }
 
 impl PartitionState {
     /// The window `clock` falls in: (start, end), on the grid in force at that clock.
     fn window_at(&self, clock: i64, window_ms: i64) -> (i64, i64) {
-        let len = match self.old_grid {
-            Some(g) if g.until.is_none_or(|until| clock < until) => g.len,
-            _ => window_ms,
-        };
+        let len = self.grid.len_at(clock, window_ms);
         let start = clock.div_euclid(len).saturating_mul(len);
         (start, start.saturating_add(len))
     }
 }
 
 /// Where a partition may be committed: the offset to resume from, the clock to resume with,
-/// and the length of the window that clock starts (0: not recorded, as by older versions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// the length of the window that clock starts (0: not recorded, as by older versions), and
+/// the lengths in force later, `(from_ms, len)`, when a window change is under way: windows
+/// past the resume point may already be applied on them (issue 43, item 8).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResumePoint {
     pub offset: i64,
     pub clock_ms: i64,
     pub window_ms: i64,
+    pub then: Vec<(i64, i64)>,
+}
+
+impl ResumePoint {
+    /// Whether a run resuming here must keep a grid other than `own` while it replays.
+    pub fn needs_replay_end(&self, own: i64) -> bool {
+        self.window_ms > 0 && (self.window_ms != own || !self.then.is_empty())
+    }
 }
 
 fn gcd(a: i64, b: i64) -> i64 {
@@ -145,19 +187,30 @@ impl Windows {
             offset: 0,
             clock_ms: 0,
             window_ms: 0,
+            then: Vec::new(),
         });
-        let old_grid = (r.window_ms > 0 && r.window_ms != self.window_ms).then_some(OldGrid {
-            len: r.window_ms,
-            replay_to,
-            until: None,
-        });
+        let grid = if r.needs_replay_end(self.window_ms) {
+            let mut steps = vec![(i64::MIN, r.window_ms)];
+            steps.extend(
+                r.then
+                    .iter()
+                    .copied()
+                    .filter(|(from, _)| *from > r.clock_ms),
+            );
+            Grid {
+                steps,
+                replay_to: Some(replay_to),
+            }
+        } else {
+            Grid::default()
+        };
         self.partitions.insert(
             partition,
             PartitionState {
                 clock_ms: r.clock_ms,
                 open: None,
                 next_offset: r.offset,
-                old_grid,
+                grid,
             },
         );
     }
@@ -183,17 +236,9 @@ impl Windows {
         let window_ms = self.window_ms;
         let p = self.partitions.entry(partition).or_default();
         p.clock_ms = p.clock_ms.max(timestamp_ms);
-        if let Some(g) = p.old_grid.as_mut().filter(|g| g.until.is_none()) {
-            if offset >= g.replay_to {
-                // Past anything an earlier process saw: switch at the next shared boundary.
-                let lcm = (g.len / gcd(g.len, window_ms)).saturating_mul(window_ms);
-                let c = p.clock_ms;
-                g.until = Some(if c.rem_euclid(lcm) == 0 {
-                    c
-                } else {
-                    c.div_euclid(lcm).saturating_add(1).saturating_mul(lcm)
-                });
-            }
+        if p.grid.replay_to.is_some_and(|end| offset >= end) {
+            // Past anything an earlier process saw: switch at the next shared boundary.
+            p.grid.switch_to(window_ms, p.clock_ms);
         }
         // Saturating: a log time near i64::MAX (a corrupt timestamp) must not panic.
         let (start_ms, end_ms) = p.window_at(p.clock_ms, window_ms);
@@ -282,6 +327,7 @@ impl Windows {
                         offset: o.first_offset,
                         clock_ms: o.start_ms,
                         window_ms: o.end_ms - o.start_ms,
+                        then: p.grid.after(o.start_ms),
                     },
                     None => {
                         let (start, end) = p.window_at(p.clock_ms, self.window_ms);
@@ -289,6 +335,7 @@ impl Windows {
                             offset: p.next_offset,
                             clock_ms: p.clock_ms,
                             window_ms: end - start,
+                            then: p.grid.after(p.clock_ms),
                         }
                     }
                 };
@@ -352,7 +399,8 @@ mod tests {
                 ResumePoint {
                     offset: 5,
                     clock_ms: 3000,
-                    window_ms: 1000
+                    window_ms: 1000,
+                    then: Vec::new(),
                 }
             )]
         );
@@ -363,18 +411,20 @@ mod tests {
         let mut w = Windows::new(1000);
         w.assign(0, None, 0);
         let mut all = feed(&mut w, &LOG[..5]); // crash after offset 4: window 2 open since the tick at 3
-        let resume = w.resume_points()[0].1;
+        let resume = w.resume_points()[0].1.clone();
         assert_eq!(
             resume,
             ResumePoint {
                 offset: 3,
                 clock_ms: 2000,
-                window_ms: 1000
+                window_ms: 1000,
+                then: Vec::new(),
             }
         );
         let mut w2 = Windows::new(1000);
+        let from = resume.offset as usize;
         w2.assign(0, Some(resume), 0);
-        all.extend(feed(&mut w2, &LOG[resume.offset as usize..]));
+        all.extend(feed(&mut w2, &LOG[from..]));
         let mut once = Windows::new(1000);
         once.assign(0, None, 0);
         assert_eq!(sums(&all), sums(&feed(&mut once, LOG)));
@@ -393,7 +443,7 @@ mod tests {
         w.assign(0, None, 0);
         feed(&mut w, &log[..1]);
         let first = feed(&mut w, &log[1..2]);
-        let resume = w.resume_points()[0].1;
+        let resume = w.resume_points()[0].1.clone();
         let mut w2 = Windows::new(1000);
         w2.assign(0, Some(resume), 0);
         let replayed = feed(&mut w2, &log[1..]);
@@ -423,6 +473,7 @@ mod tests {
                 offset: 0,
                 clock_ms: 10_000,
                 window_ms: old,
+                then: Vec::new(),
             };
             let mut w2 = Windows::new(new);
             // The killed run had read up to offset 15.
@@ -440,8 +491,67 @@ mod tests {
             }
             assert_eq!(total, 30, "{old} ms -> {new} ms: every record once");
             // And it resumes on the new grid once past the shared boundary.
-            let p = w2.resume_points()[0].1;
+            let p = w2.resume_points()[0].1.clone();
             assert_eq!(p.window_ms, new, "{old} -> {new}: {p:?}");
+        }
+    }
+
+    /// Issue 43, item 8: a crash inside a window change's replay phase, after the switch to
+    /// the new grid but before a commit past it, then a restart with either length (the change
+    /// rolled back, or carried on). The commit made before the switch was on the old grid, yet
+    /// the killed run applied new-grid windows after it: the next run must rebuild those on
+    /// their own grid, or the fence lets a wider window that covers them through.
+    #[test]
+    fn a_crash_inside_a_window_changes_replay_then_any_length_counts_every_record_once() {
+        // One record every 100 ms from 10.0 s to 19.9 s, item "a", +1 each.
+        let log: Vec<Rec> = (0..100)
+            .map(|i| (i, 10_000 + i * 100, Some(("a", 1))))
+            .collect();
+        let apply = |closed: &[ClosedWindow], last: &mut i64, total: &mut i64| {
+            for c in closed {
+                if c.end_ms > *last {
+                    *total += c.items["a"].delta;
+                    *last = c.end_ms;
+                }
+            }
+        };
+        for (first, second, third) in [(1000, 300, 1000), (1000, 300, 300), (250, 1000, 250)] {
+            let (mut last, mut total) = (i64::MIN, 0);
+            // The first run, on `first`, applied windows to 11.4 s and committed nothing.
+            let mut w1 = Windows::new(first);
+            w1.assign(0, None, 0);
+            apply(&feed(&mut w1, &log[..15]), &mut last, &mut total);
+            let commit1 = ResumePoint {
+                offset: 0,
+                clock_ms: 10_000,
+                window_ms: first,
+                then: Vec::new(),
+            };
+            // The second run, on `second`, replays to offset 15, commits at offset 17 (its
+            // open window still on the old grid), runs on past the switch to 14.0 s applying
+            // windows, and is killed before its next commit.
+            let mut w2 = Windows::new(second);
+            w2.assign(0, Some(commit1), 15);
+            apply(&feed(&mut w2, &log[..17]), &mut last, &mut total);
+            let (_, commit2) = w2.resume_points().remove(0);
+            apply(&feed(&mut w2, &log[17..41]), &mut last, &mut total);
+            // The third run, on `third`, from the second's commit; the second had read to 41.
+            let mut w3 = Windows::new(third);
+            let from = commit2.offset as usize;
+            w3.assign(0, Some(commit2), 41);
+            apply(&feed(&mut w3, &log[from..]), &mut last, &mut total);
+            apply(
+                &feed(&mut w3, &[(100, 30_000, None)]),
+                &mut last,
+                &mut total,
+            );
+            assert_eq!(
+                total, 100,
+                "{first} -> {second} (killed in its replay) -> {third}: every record once"
+            );
+            let p = w3.resume_points()[0].1.clone();
+            assert_eq!(p.window_ms, third, "ends on its own grid: {p:?}");
+            assert!(p.then.is_empty(), "{p:?}");
         }
     }
 
@@ -455,6 +565,7 @@ mod tests {
                 offset: 0,
                 clock_ms: 1000,
                 window_ms: 0,
+                then: Vec::new(),
             }),
             100,
         );

@@ -83,6 +83,16 @@ pub const TABLES: &[TableSpec] = &[
         purpose: "per outbox shard, the oldest minute that may hold an entry; the relay starts there",
     },
     TableSpec {
+        name: "outbox_lease",
+        // Written only by compare-and-set, with a TTL: a relay that dies lets its shards go.
+        // Per region: the outbox is shared, and each region's relays publish its items only.
+        columns: &[("region", "text"), ("shard", "int"), ("owner", "text")],
+        partition_key: &["region", "shard"],
+        clustering: &[],
+        options: "",
+        purpose: "per outbox shard, the relay that drains it for now, so relays do not all publish the same entries",
+    },
+    TableSpec {
         name: "retractions",
         columns: &[
             ("item_id", "text"),

@@ -196,27 +196,51 @@ impl DedupeOffset {
     }
 }
 
-/// Stage 2's position metadata: the partition's window clock and the length of the window it
-/// starts (`clock=<ms>;window=<ms>`; a length of 0 is left out, for a position on no grid).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Stage 2's position metadata: the partition's window clock, the length of the window it
+/// starts (`clock=<ms>;window=<ms>`; a length of 0 is left out, for a position on no grid),
+/// and, while a window change is under way, the lengths in force after it
+/// (`;then=<from_ms>:<len>,...`): windows past the position may already be applied on them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CountClock {
     pub clock_ms: i64,
     /// 0 when the metadata does not say (written by older versions, or by a replay).
     pub window_ms: i64,
+    pub then: Vec<(i64, i64)>,
 }
 
 impl CountClock {
     pub fn metadata(&self) -> String {
+        let mut m = format!("clock={}", self.clock_ms);
         if self.window_ms > 0 {
-            format!("clock={};window={}", self.clock_ms, self.window_ms)
-        } else {
-            format!("clock={}", self.clock_ms)
+            m.push_str(&format!(";window={}", self.window_ms));
+            if !self.then.is_empty() {
+                let steps: Vec<String> = self
+                    .then
+                    .iter()
+                    .map(|(from, len)| format!("{from}:{len}"))
+                    .collect();
+                m.push_str(&format!(";then={}", steps.join(",")));
+            }
         }
+        m
     }
 
     /// None when the metadata is not stage 2's.
     pub fn parse(metadata: &str) -> Option<Self> {
         let rest = metadata.strip_prefix("clock=")?;
+        let (rest, then) = match rest.split_once(";then=") {
+            Some((r, t)) => {
+                let steps = t
+                    .split(',')
+                    .map(|s| {
+                        let (from, len) = s.split_once(':')?;
+                        Some((from.parse().ok()?, len.parse().ok()?))
+                    })
+                    .collect::<Option<Vec<(i64, i64)>>>()?;
+                (r, steps)
+            }
+            None => (rest, Vec::new()),
+        };
         let (clock, window) = match rest.split_once(";window=") {
             Some((c, w)) => (c, w.parse().ok()?),
             None => (rest, 0),
@@ -224,6 +248,7 @@ impl CountClock {
         Some(Self {
             clock_ms: clock.parse().ok()?,
             window_ms: window,
+            then,
         })
     }
 }
@@ -231,6 +256,26 @@ impl CountClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn count_clock_round_trips_with_a_change_under_way() {
+        for c in [
+            CountClock::default(),
+            CountClock {
+                clock_ms: 11_000,
+                window_ms: 1000,
+                then: Vec::new(),
+            },
+            CountClock {
+                clock_ms: 11_000,
+                window_ms: 1000,
+                then: vec![(12_000, 300), (15_000, 500)],
+            },
+        ] {
+            assert_eq!(CountClock::parse(&c.metadata()), Some(c.clone()));
+        }
+        assert_eq!(CountClock::parse("clock=5;window=9;then=x"), None);
+    }
 
     #[test]
     fn dedupe_metadata_round_trips_and_tolerates_strangers() {
@@ -274,14 +319,16 @@ mod tests {
         let c = CountClock {
             clock_ms: 123_000,
             window_ms: 250,
+            then: Vec::new(),
         };
-        assert_eq!(CountClock::parse(&c.metadata()), Some(c));
+        assert_eq!(CountClock::parse(&c.metadata()), Some(c.clone()));
         // Written by versions before the window length was recorded.
         assert_eq!(
             CountClock::parse("clock=5"),
             Some(CountClock {
                 clock_ms: 5,
-                window_ms: 0
+                window_ms: 0,
+                then: Vec::new(),
             })
         );
         // A replay's position: on no grid, the length left out.

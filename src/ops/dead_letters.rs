@@ -194,15 +194,11 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
         })?;
         c.unassign()?;
     }
-    // This region recounts the items it homes; another's are its own; a range closed by a
-    // move under way is recounted once it has settled (put back on the queue).
-    for item in items {
-        match p.routes.as_ref().map(|r| r.route(&item)) {
-            None | Some(Route::Here(_)) => q.items.push(item),
-            Some(Route::Elsewhere { .. }) => q.elsewhere.push(item),
-            Some(Route::Closed(_)) => q.closed.push(item),
-        }
-    }
+    sort_by_home(
+        items,
+        |item| p.routes.as_ref().map(|r| r.route(item)),
+        &mut q,
+    );
     info!(
         records = q.records,
         items = q.items.len(),
@@ -213,6 +209,24 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
         "recount queue read"
     );
     Ok(q)
+}
+
+/// This region recounts the items it homes; another's are its own (an item whose range moved
+/// away since its record was written); a range closed by a move under way is recounted once
+/// it has settled (put back on the queue). Before, every item was recounted here, and one
+/// moved item failed every run (issue 43, hole 3).
+fn sort_by_home(
+    items: impl IntoIterator<Item = String>,
+    route: impl Fn(&str) -> Option<Route>,
+    q: &mut Queued,
+) {
+    for item in items {
+        match route(&item) {
+            None | Some(Route::Here(_)) => q.items.push(item),
+            Some(Route::Elsewhere { .. }) => q.elsewhere.push(item),
+            Some(Route::Closed(_)) => q.closed.push(item),
+        }
+    }
 }
 
 /// Puts `items` back on the queue, after the end [`read`] found: the next run recounts them.
@@ -394,6 +408,36 @@ pub fn drained(p: &Pipeline, q: &Queued) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_queue_recounts_only_the_items_this_region_homes_now() {
+        use crate::records::Home;
+        let route = |item: &str| {
+            Some(match item {
+                "moved-away" => Route::Elsewhere {
+                    range: 1,
+                    home: "b".into(),
+                },
+                "moving" => Route::Closed("range 2 is moving".into()),
+                _ => Route::Here(Home::default()),
+            })
+        };
+        let mut q = Queued::default();
+        let items = ["moved-away", "moving", "mine"].map(String::from);
+        sort_by_home(items.clone(), route, &mut q);
+        assert_eq!(
+            (q.items, q.elsewhere, q.closed),
+            (
+                vec!["mine".to_string()],
+                vec!["moved-away".to_string()],
+                vec!["moving".to_string()]
+            )
+        );
+        // Without home regions every item is this region's.
+        let mut all = Queued::default();
+        sort_by_home(items, |_| None, &mut all);
+        assert_eq!(all.items.len(), 3);
+    }
 
     #[test]
     fn a_dead_letter_names_its_item_by_key_or_by_value() {

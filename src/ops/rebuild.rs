@@ -73,6 +73,7 @@ pub async fn run(p: &Pipeline) -> Result<RebuildReport> {
     // A stage 2 that read "no rebuild" just before the mark is joining its group now: wait
     // out a join, then check again (issue 43, item 8: checked only before the mark, such a
     // stage 2 ran beside the rebuild). Refused, the mark goes, as nothing was rewritten.
+    fail::fail_point!("rebuild-after-mark");
     tokio::time::sleep(p.settings.kafka.session_timeout).await;
     if let Err(e) = refuse_live_group(p, &group).await {
         crate::store::recorded::rebuild_done(&p.session, ks).await?;
@@ -265,6 +266,7 @@ fn commit_resume(
     let clock = CountClock {
         clock_ms: w0,
         window_ms: p.topology.window.as_millis() as i64,
+        then: Vec::new(),
     };
     let positions: Vec<(i32, i64, String)> = resume
         .iter()

@@ -11,6 +11,7 @@ pub mod erasures;
 pub mod events;
 pub mod imported;
 pub mod outbox;
+pub mod outbox_lease;
 pub mod ranges;
 pub mod recorded;
 pub mod request_keys;

@@ -63,6 +63,7 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
             "like_counts",
             "outbox",
             "outbox_floor",
+            "outbox_lease",
             "ranges",
             "retractions",
             "topology_record"

@@ -771,3 +771,48 @@ async fn a_stage_2_started_during_a_rebuild_waits_for_it() {
     run.stop().await;
     fx::teardown(&settings, &topology).await;
 }
+
+/// Issue 43, item 8: a stage 2 that read "no rebuild" just before the rebuild marked itself
+/// joins its group after the mark. Checked only before the mark, the rebuild ran beside it
+/// (the stage's next commit undoes the rebuild's positions); it must look again, refuse, and
+/// take its mark back. The joining stage 2 is a member of the count group that joins at the
+/// fail point right after the mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stage_2_that_joins_right_after_the_rebuilds_mark_makes_it_refuse() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, topology, _app, _client) = api::serve_with("rebuildjoin", quick).await;
+    let p = Pipeline::connect(&settings, &topology).await.unwrap();
+    let group = settings.group(&topology.groups.count);
+    let deltas = settings.topic(&topology.topics.deltas.name);
+    let joined: Arc<std::sync::Mutex<Option<BaseConsumer>>> = Arc::default();
+    let member = joined.clone();
+    let kafka = settings.kafka.clone();
+    fail::cfg_callback("rebuild-after-mark", move || {
+        let c: BaseConsumer = likes::kafka::client_config(&kafka)
+            .set("group.id", &group)
+            .create()
+            .unwrap();
+        c.subscribe(&[&deltas]).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while c.assignment().map(|a| a.count()).unwrap_or(0) == 0 {
+            assert!(std::time::Instant::now() < deadline, "never joined");
+            let _ = c.poll(Duration::from_millis(200));
+        }
+        *member.lock().unwrap() = Some(c);
+    })
+    .unwrap();
+    let refused = likes::ops::rebuild::run(&p).await;
+    fail::remove("rebuild-after-mark");
+    let err = refused.expect_err("the rebuild ran beside a live stage 2");
+    assert!(err.to_string().contains("live members"), "{err}");
+    assert!(joined.lock().unwrap().is_some(), "the member joined");
+    // The mark went: a stage 2 may start.
+    let session = likes::cql::connect(&settings.cql).await.unwrap();
+    let mark = likes::store::recorded::rebuilding(&session, &settings.cql.keyspace)
+        .await
+        .unwrap();
+    assert_eq!(mark, None, "the rebuild's mark is left");
+    drop(joined.lock().unwrap().take());
+    fx::teardown(&settings, &topology).await;
+}

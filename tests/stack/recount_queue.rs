@@ -200,3 +200,33 @@ async fn the_queue_reads_from_its_position_counts_what_it_lost_and_never_stalls(
     run.stop().await;
     fx::teardown(&settings, &topology).await;
 }
+
+/// Issue 43, item 8: a dead letter stamped by a writer whose clock is ahead names a flip past
+/// "now"; a cut taken at the job's now would count that edge as it stood before the flip while
+/// the flip's own delta is still to come, and the item would end one off. The queue's cut is
+/// past the latest event time it read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_queues_cut_is_past_the_latest_event_it_read() {
+    let (settings, topology, _app, _client) = api::serve_with("recountk", quick).await;
+    let run = fx::start(&settings, &topology);
+    let dlq = settings.topic(&topology.topics.dlq.name);
+    let p = Pipeline::connect(&settings, &topology).await.unwrap();
+    // Inside the clock bound a writer may be this far ahead of the job.
+    let ahead = likes::runtime::clock::now_ms() + 4_000;
+    let event = likes::schema::v1::LikeEvent {
+        item_id: "k-a".into(),
+        event_time_ms: ahead,
+        ..Default::default()
+    }
+    .encode_to_vec();
+    send(&settings, &dlq, None, Some(&event), None).await;
+    let r = dead_letters::recount(&p, false, "test").await.unwrap();
+    assert_eq!(r.queue.latest_event_ms, ahead, "{r}");
+    assert!(
+        !r.reconcile.cuts.is_empty() && r.reconcile.cuts.iter().all(|&k| k > ahead),
+        "cuts {:?} must be past the event at {ahead}",
+        r.reconcile.cuts
+    );
+    run.stop().await;
+    fx::teardown(&settings, &topology).await;
+}
