@@ -48,10 +48,21 @@ pub struct RegionSettings {
     pub lease: Duration,
     /// How many ranges `likes region init` splits the items into (hash of the item id).
     pub ranges: u32,
-    /// Each other region's API, `http://host:port`, where writes of its items are forwarded.
-    /// A region missing here is not forwarded to: its items' writes answer 503 `not_home`.
+    /// Each other region's API, `https://host:port` (or `http://` where a mesh encrypts),
+    /// where writes of its items are forwarded with the user's token. A region missing here is
+    /// not forwarded to: its items' writes answer 503 `not_home`.
     #[serde(default)]
     pub peers: BTreeMap<String, String>,
+    /// PEM file of the CA that signs the peers' certificates: the only root trusted for
+    /// `https://` peers.
+    #[serde(default)]
+    pub peer_ca: String,
+    /// PEM files of this region's client certificate and key, presented to peers that ask for
+    /// one (`api.tls_client_ca` there).
+    #[serde(default)]
+    pub peer_cert: String,
+    #[serde(default)]
+    pub peer_key: String,
     /// Forwards in flight at once, to all peers: past it a forward is refused at once (503),
     /// so a slow or hung home holds this many requests, never this region's own write slots.
     #[serde(default = "default_max_forwards")]
@@ -74,16 +85,35 @@ pub struct OpsSettings {
     pub recount_concurrency: usize,
 }
 
+/// A secret as `likes config` prints it: whether it is set, never its bytes (issue 44: the
+/// session key and the admin token were printed whole).
+fn redacted<S: serde::Serializer>(secret: &str, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(if secret.is_empty() { "" } else { "***" })
+}
+
+impl std::fmt::Debug for ApiSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Every field as serialized, so the secrets show as `likes config` shows them.
+        match serde_json::to_string(self) {
+            Ok(json) => write!(f, "ApiSettings {json}"),
+            Err(_) => f.write_str("ApiSettings { .. }"),
+        }
+    }
+}
+
 /// The HTTP API (`likes api`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiSettings {
     /// host:port to serve on.
     pub listen: String,
-    /// HMAC-SHA256 key of session tokens; `likes api` refuses to start without one.
+    /// HMAC-SHA256 key of session tokens; `likes api` refuses to start without one. Printed
+    /// (`likes config`, Debug) only as whether it is set.
+    #[serde(serialize_with = "redacted")]
     pub session_key: String,
     /// The credential of `POST /v1/admin/retractions` (header X-Admin-Token); empty or under
-    /// 32 bytes disables the endpoint.
+    /// 32 bytes disables the endpoint. Printed only as whether it is set.
+    #[serde(serialize_with = "redacted")]
     pub admin_token: String,
     /// Removed: request keys live on the edge row, so there is no claim to take over.
     /// Accepted (and warned about at start) so that a configuration of an earlier version
@@ -99,6 +129,11 @@ pub struct ApiSettings {
     pub write_latency_target: Duration,
     /// Writes a second past which new writes get 429 + Retry-After (0: no rate bound).
     pub max_writes_per_s: f64,
+    /// Each acting user's share: writes a second past which that user's writes get 429 +
+    /// Retry-After while everyone else's go on (0: no per-user bound).
+    pub max_writes_per_user_per_s: f64,
+    /// The writes one user may make at once before `max_writes_per_user_per_s` applies.
+    pub user_write_burst: f64,
     /// Run the relay inside `likes api` too.
     pub relay: bool,
     /// How often the relay walks the outbox.
@@ -118,6 +153,25 @@ pub struct ApiSettings {
     /// client retries with the same key.
     #[serde(with = "humantime_serde")]
     pub write_deadline: Duration,
+    /// PEM files of the API's certificate chain and key: set, it serves HTTPS only (the
+    /// regions' peers, src/api/tls.rs).
+    #[serde(default)]
+    pub tls_cert: String,
+    #[serde(default)]
+    pub tls_key: String,
+    /// PEM file of a CA: set, every client must present a certificate it signed (mutual TLS).
+    #[serde(default)]
+    pub tls_client_ca: String,
+    /// Connections the API holds at once; past it the next is accepted when one closes.
+    pub max_connections: usize,
+    /// A request's headers must arrive within this, counted from when the server waits for
+    /// them (an idle keep-alive connection is closed after it too).
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// A request not answered within this gets 503 (bounds a slow body too). Must exceed
+    /// `write_deadline` + `publish_wait`.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
     /// How long a write waits for the broker to acknowledge its event once its flip has
     /// applied. Past it (or on a broker error) the write is answered anyway: the flip is on the
     /// edge row and its outbox entry stands for the event, which the relay publishes later.
@@ -330,6 +384,19 @@ impl Settings {
                 self.api.relay_min_age, in_flight
             ));
         }
+        if self.api.request_timeout <= self.api.write_deadline + self.api.publish_wait {
+            return bad(format!(
+                "api.request_timeout ({:?}) must exceed api.write_deadline + api.publish_wait \
+                 ({:?}): writes would be cut before they answer",
+                self.api.request_timeout,
+                self.api.write_deadline + self.api.publish_wait
+            ));
+        }
+        if self.api.max_connections == 0 || self.api.header_read_timeout.is_zero() {
+            return bad(
+                "api.max_connections and api.header_read_timeout must be above zero".into(),
+            );
+        }
         if !self.api.relay_lease.is_zero() && self.api.relay_lease <= self.api.relay_interval * 2 {
             return bad(format!(
                 "api.relay_lease ({:?}) must exceed 2 × api.relay_interval ({:?}) or be 0s: a \
@@ -344,16 +411,29 @@ impl Settings {
                 self.region.lease, self.region.refresh
             ));
         }
-        if let Some((name, url)) = self
-            .region
-            .peers
-            .iter()
-            .find(|(_, u)| !u.starts_with("http://"))
-        {
-            return bad(format!(
-                "region.peers.{name} = {url:?}: a peer is http://host:port (this build speaks no TLS to \
-                 peers; put the forward through the mesh or a sidecar that does)"
-            ));
+        for (name, url) in &self.region.peers {
+            if url.starts_with("https://") {
+                if self.region.peer_ca.is_empty() {
+                    return bad(format!(
+                        "region.peers.{name} = {url:?}: an https:// peer needs region.peer_ca, the \
+                         CA its certificate is signed by (no system roots are trusted for peers)"
+                    ));
+                }
+            } else if !url.starts_with("http://") {
+                return bad(format!(
+                    "region.peers.{name} = {url:?}: a peer is https://host:port (or http:// where \
+                     a mesh encrypts between regions)"
+                ));
+            }
+        }
+        if self.api.tls_cert.is_empty() != self.api.tls_key.is_empty() {
+            return bad("api.tls_cert and api.tls_key go together (both PEM files)".into());
+        }
+        if !self.api.tls_client_ca.is_empty() && self.api.tls_cert.is_empty() {
+            return bad("api.tls_client_ca needs api.tls_cert and api.tls_key".into());
+        }
+        if self.region.peer_cert.is_empty() != self.region.peer_key.is_empty() {
+            return bad("region.peer_cert and region.peer_key go together (both PEM files)".into());
         }
         if !(1..=4096).contains(&self.region.ranges) {
             return bad("region.ranges must be 1 to 4096".into());
@@ -456,6 +536,17 @@ pub fn is_cql_identifier(s: &str) -> bool {
 #[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_never_print() {
+        let mut s = Settings::load(None).unwrap();
+        s.api.session_key = "k".repeat(40);
+        s.api.admin_token = "a".repeat(40);
+        let shown = format!("{}\n{:?}", toml::to_string(&s).unwrap(), s);
+        assert!(!shown.contains(&s.api.session_key), "{shown}");
+        assert!(!shown.contains(&s.api.admin_token), "{shown}");
+        assert!(shown.contains("session_key = \"***\""), "{shown}");
+    }
 
     #[test]
     fn defaults_load_and_validate() {

@@ -281,14 +281,15 @@ async fn drain_page(
         if let Some(edge) = relay.edges.read(&item, bucket, &user).await? {
             if edge.op_id > 0 && edge.updated_at_ms < written {
                 done.stale += 1;
-                info!(%item, %user, op_id = edge.op_id, "relay: the entries' requests changed nothing; deleting them unpublished");
+                // User ids at debug only: an operator needs the counts, not who (issue 44).
+                tracing::debug!(%item, %user, op_id = edge.op_id, "relay: the entries' requests changed nothing; deleting them unpublished");
             } else if edge.op_id > 0 {
                 relay
                     .events
                     .publish(&item, &user, &edge, Source::Relay, home)
                     .await?;
                 done.published += 1;
-                info!(%item, %user, op_id = edge.op_id, "relay published a pending event");
+                tracing::debug!(%item, %user, op_id = edge.op_id, "relay published a pending event");
             }
         }
         clear.extend(entries.into_iter().map(|entry| Named {

@@ -14,22 +14,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
-use common::api::{Client, ADMIN, KEY};
+use common::api::{Client, KEY};
 use common::topology as fx;
 use likes::ops::region::Which;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_write_held_across_a_whole_move_never_lands_after_the_new_home() {
-    let mut a = fx::settings("fence");
-    a.api.session_key = KEY.into();
-    a.api.admin_token = ADMIN.into();
-    a.api.relay = false;
-    a.region.name = Some("region-a".into());
-    a.region.ranges = 4;
-    a.region.lease = Duration::from_secs(1);
-    a.region.refresh = Duration::from_millis(200);
-    a.api.write_deadline = Duration::from_secs(2);
-    a.cql.request_timeout = Duration::from_secs(3);
+    let mut a = common::regions::one_datacenter("fence");
     let topology = likes::topology::Topology::load(None).unwrap();
     fx::setup(&a, &topology).await;
     let (la, lb) = (

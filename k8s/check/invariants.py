@@ -77,6 +77,16 @@ def check(path):
     env = next((d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"
                 and d["metadata"]["name"].startswith("likes-env")), {})
     peers = env.get("LIKES__REGION__PEERS")
+    # Forwards carry users' session tokens: between regions they go over TLS, in every
+    # overlay built on prod (issue 44).
+    if peers and path.stem != "dev" and "http://" in peers:
+        fail(f"LIKES__REGION__PEERS names an http:// peer ({peers}): forwards carry session "
+             "tokens; use https:// with the region-tls component")
+    if peers and path.stem != "dev" and "https://" in peers:
+        api = by.get(("Deployment", "likes-api"))
+        names = {e["name"] for e in (pod_spec(api) or {}).get("containers", [{}])[0].get("env", [])} if api else set()
+        if "LIKES__REGION__PEER_CA" not in names and "LIKES__REGION__PEER_CA" not in env:
+            fail("https:// peers without LIKES__REGION__PEER_CA: the forward would trust no CA")
     if peers:
         ports = {int(m) for m in re.findall(r"https?://[^\"/]+:(\d+)", peers)}
         egress = [d for d in docs if d["kind"] == "NetworkPolicy" and "Egress" in d["spec"].get("policyTypes", [])]

@@ -86,6 +86,14 @@ deploy() { # overlay name
     pod-security.kubernetes.io/enforce-version=latest pod-security.kubernetes.io/warn=restricted
   kubectl -n "$ns" create secret generic likes-secrets \
     --from-literal=session-key="$(openssl rand -hex 32)" --from-literal=admin-token="$(openssl rand -hex 16)"
+  if grep -q 'secretName: likes-api-tls' "$work/$overlay.yaml"; then
+    # The region overlays serve HTTPS (components/region-tls): a self-signed certificate,
+    # its own CA, stands for the one cert-manager would write.
+    openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=likes-api" \
+      -keyout "$work/$overlay-tls.key" -out "$work/$overlay-tls.crt" 2>/dev/null
+    kubectl -n "$ns" create secret generic likes-api-tls --from-file=tls.crt="$work/$overlay-tls.crt" \
+      --from-file=tls.key="$work/$overlay-tls.key" --from-file=ca.crt="$work/$overlay-tls.crt"
+  fi
 
   step "$overlay: the apply-first Jobs and what they need, then wait (docs/operations.md, Deploy order)"
   kubectl apply -l likes/apply-first=true -f "$work/$overlay.yaml"

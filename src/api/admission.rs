@@ -6,14 +6,18 @@
 //! wait for the broker's ack after it is bounded by `api.publish_wait` and not counted),
 //! under a limit that moves with their latency (`limit.rs`; past it the database is saturated: 503), and a
 //! token bucket on the write rate (a client or a burst asking for more than the configured
-//! share: 429).
+//! share: 429). Before both, each user's own share (`user_share.rs`: 429), so one session
+//! cannot take the pod's writes; the gate (`gate.rs`) has already refused requests with no
+//! valid credential, which therefore spend none of this.
 
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use super::error::ApiError;
+use super::gate::Caller;
 use super::limit::Limit;
+use super::user_share::UserShare;
 use crate::runtime::metrics as m;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -22,6 +26,7 @@ use axum::response::{IntoResponse, Response};
 pub struct Admission {
     in_flight: Arc<Limit>,
     bucket: Mutex<Bucket>,
+    users: UserShare,
 }
 
 struct Bucket {
@@ -35,9 +40,15 @@ impl Admission {
     /// At most `max_in_flight` concurrent writes, fewer as their latency passes
     /// `latency_target` (zero: a fixed bound); `per_s` writes a second with bursts of
     /// `per_s / 10` (at least 1); `per_s = 0` turns the rate bound off.
-    pub fn new(max_in_flight: usize, latency_target: std::time::Duration, per_s: f64) -> Self {
+    pub fn new(
+        max_in_flight: usize,
+        latency_target: std::time::Duration,
+        per_s: f64,
+        users: UserShare,
+    ) -> Self {
         let burst = (per_s / 10.0).max(1.0);
         Self {
+            users,
             in_flight: Arc::new(Limit::new(max_in_flight, latency_target)),
             bucket: Mutex::new(Bucket {
                 tokens: burst,
@@ -73,6 +84,13 @@ impl Admission {
 
 /// The middleware on the write routes.
 pub async fn admit(State(admission): State<Arc<Admission>>, req: Request, next: Next) -> Response {
+    // Operators' writes (retractions, erasures) are not a user's: the pod's bounds only.
+    if let Some(Caller::User(user)) = req.extensions().get::<Caller>() {
+        if !admission.users.take(user) {
+            metrics::counter!(m::API_SHED, "reason" => "user_rate").increment(1);
+            return ApiError::UserRateLimited.into_response();
+        }
+    }
     if !admission.take_token() {
         metrics::counter!(m::API_SHED, "reason" => "rate").increment(1);
         return ApiError::RateLimited.into_response();
@@ -102,7 +120,12 @@ pub async fn admit(State(admission): State<Arc<Admission>>, req: Request, next: 
 mod tests {
     #[test]
     fn the_bucket_refills_at_the_rate() {
-        let a = super::Admission::new(1, std::time::Duration::ZERO, 100.0);
+        let a = super::Admission::new(
+            1,
+            std::time::Duration::ZERO,
+            100.0,
+            super::UserShare::new(0.0, 1.0),
+        );
         let t0 = a.bucket.lock().unwrap().at;
         let granted = (0..50).filter(|_| a.take_token_at(t0)).count();
         assert_eq!(granted, 10, "a burst of per_s / 10");
@@ -112,7 +135,12 @@ mod tests {
         let much_later = later + std::time::Duration::from_secs(60);
         let capped = (0..50).filter(|_| a.take_token_at(much_later)).count();
         assert_eq!(capped, 10, "never more than the burst");
-        let off = super::Admission::new(1, std::time::Duration::ZERO, 0.0);
+        let off = super::Admission::new(
+            1,
+            std::time::Duration::ZERO,
+            0.0,
+            super::UserShare::new(0.0, 1.0),
+        );
         assert!((0..1000).all(|_| off.take_token()));
     }
 }

@@ -24,6 +24,8 @@ pub enum ApiError {
     Unavailable(String),
     /// 429: writes over the configured rate.
     RateLimited,
+    /// 429: this user's writes over their share (`api.max_writes_per_user_per_s`).
+    UserRateLimited,
     /// 503: writes over the in-flight bound.
     Overloaded,
     /// 503: another region is the item's home (docs/multi-region.md) and the write was not
@@ -52,6 +54,11 @@ impl ApiError {
                 "rate_limited",
                 "writes are over the configured rate; retry after the given seconds".into(),
             ),
+            ApiError::UserRateLimited => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "user_rate_limited",
+                "this user's writes are over their share (api.max_writes_per_user_per_s); retry after the given seconds".into(),
+            ),
             ApiError::Overloaded => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "overloaded",
@@ -70,6 +77,7 @@ impl IntoResponse for ApiError {
             self,
             ApiError::Unavailable(_)
                 | ApiError::RateLimited
+                | ApiError::UserRateLimited
                 | ApiError::Overloaded
                 | ApiError::NotHome(_)
         ) {
@@ -80,10 +88,15 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A dependency's failure: the client gets a stable message and an id to quote, never the
+/// driver's text (hosts, addresses, statements: issue 44); the log has both.
 impl From<crate::error::Error> for ApiError {
     fn from(e: crate::error::Error) -> Self {
-        warn!(error = %e, "request failed on a dependency");
-        ApiError::Unavailable(format!("a dependency failed: {e}"))
+        let id = format!("{:016x}", rand::random::<u64>());
+        warn!(error = %e, request_id = %id, "request failed on a dependency");
+        ApiError::Unavailable(format!(
+            "a dependency failed; retry later (request id {id})"
+        ))
     }
 }
 

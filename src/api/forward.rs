@@ -52,10 +52,11 @@ impl Forwarder {
         };
         // A redirect would turn the POST or DELETE into a GET: the home's answer is passed
         // back as it is instead.
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(60))
             .connect_timeout(Duration::from_secs(1))
-            .redirect(reqwest::redirect::Policy::none())
+            .redirect(reqwest::redirect::Policy::none());
+        let http = super::tls::peer_client(builder, settings)?
             .build()
             .map_err(|e| crate::error::Error::Config(format!("the forwarding HTTP client: {e}")))?;
         Ok(Some(Self {

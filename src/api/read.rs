@@ -80,6 +80,12 @@ pub async fn liked(
 
 /// Most users in one page of who-liked.
 pub const MAX_PAGE: usize = 100;
+
+/// Reads (of `LIKERS_CHUNK` rows, or of an empty bucket) one likers page may make. An item
+/// whose first rows are mostly UNLIKED was scanned whole by one request (issue 44); now a
+/// page stops here with what it found, maybe fewer than `limit` users or none, and a cursor
+/// to go on from.
+pub const MAX_READS_PER_PAGE: usize = 10;
 /// Most items in one batchGet.
 pub const MAX_BATCH: usize = 100;
 
@@ -138,7 +144,16 @@ pub async fn likers(
             .ok_or_else(|| ApiError::BadRequest("cursor is not one this API issued".into()))?,
     };
     let mut users = Vec::with_capacity(limit);
+    let mut reads = 0;
     while bucket < buckets {
+        if reads == MAX_READS_PER_PAGE {
+            return Ok(Json(LikersPage {
+                item_id: item,
+                users,
+                next_cursor: Some(encode_cursor(bucket, &after)),
+            }));
+        }
+        reads += 1;
         // Read past unliked rows in chunks; the state is not a key, so it is filtered here.
         let rows = app.store.edges.likers_chunk(&item, bucket, &after).await?;
         let mut read = 0;

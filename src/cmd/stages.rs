@@ -60,14 +60,14 @@ pub async fn run_api(settings: &Settings, topology: &Topology) -> Result<()> {
             "binding api.listen {}",
             settings.api.listen
         )))?;
+    let bounds = api::serve::Bounds::of(settings)?;
     let mut tasks = Tasks::new(shutdown::on_signal());
     let stop = tasks.token();
     let (store, listen) = (app.store.clone(), settings.api.listen.clone());
     let writer = app.writer.clone();
     tasks.spawn("http", async move {
         info!(listen = %listen, "api serving");
-        let served = axum::serve(listener, api::router(app))
-            .with_graceful_shutdown(stop.cancelled_owned())
+        let served = api::serve::serve(listener, api::router(app), bounds, stop)
             .await
             .map_err(Error::io(format!("serving api.listen {listen}")));
         // The last answers' outbox entries, so that the relay does not publish them again.

@@ -93,8 +93,8 @@ async fn rebuild(p: &Pipeline, group: &str) -> Result<RebuildReport> {
         );
         p.wait_past(k, false).await?;
         match recount_all(p, k).await? {
-            Err((item, user)) => {
-                warn!(%item, %user, "an edge flipped twice since the cut; taking a later cut");
+            Err((item, _user)) => {
+                warn!(%item, "an edge flipped twice since the cut; taking a later cut");
                 continue;
             }
             Ok(recount) => return finish(p, group, k, recount).await,

@@ -182,7 +182,10 @@ pub async fn serve_with(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let router = api::router(app.clone());
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    // The server `likes api` runs, with its bounds (src/api/serve.rs).
+    let bounds = api::serve::Bounds::of(&settings).unwrap();
+    let stop = likes::runtime::shutdown::CancellationToken::new();
+    tokio::spawn(api::serve::serve(listener, router, bounds, stop));
     let client = Arc::new(Client {
         http: reqwest::Client::new(),
         base: url,

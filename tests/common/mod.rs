@@ -39,6 +39,9 @@ pub fn settings(base: &str) -> Settings {
     s.cql.max_clock_skew = std::time::Duration::from_millis(250);
     // Tests pass horizons in seconds on purpose (the clock seam, short TTLs).
     s.dedupe.allow_short_horizon = true;
+    // The tests' clients stand for many people's traffic through few user ids (a churn of a
+    // dozen users flipping as fast as they can); each user's share has its own tests.
+    s.api.max_writes_per_user_per_s = 0.0;
     s
 }
 
@@ -53,6 +56,10 @@ pub fn env_for(settings: &Settings) -> Vec<(&'static str, String)> {
     e.push((
         "LIKES__DEDUPE__ALLOW_SHORT_HORIZON",
         settings.dedupe.allow_short_horizon.to_string(),
+    ));
+    e.push((
+        "LIKES__API__MAX_WRITES_PER_USER_PER_S",
+        settings.api.max_writes_per_user_per_s.to_string(),
     ));
     e
 }

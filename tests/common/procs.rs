@@ -31,6 +31,10 @@ pub fn stage_env(settings: &Settings, audit: &std::path::Path) -> Vec<(String, S
             settings.dedupe.allow_short_horizon.to_string(),
         ),
         (
+            "LIKES__API__MAX_WRITES_PER_USER_PER_S".into(),
+            settings.api.max_writes_per_user_per_s.to_string(),
+        ),
+        (
             "LIKES__KAFKA__TOPIC_PREFIX".into(),
             settings.kafka.topic_prefix.clone(),
         ),

@@ -67,6 +67,24 @@ pub async fn homed_in_a(
     (a, b, topology, session)
 }
 
+/// Region-a's settings for two regions on the dev stack's one datacenter (the range table,
+/// the fence and the forward are the API's): a fresh keyspace, 4 ranges, and a short fence
+/// for a test (lease 1 s + deadline 2 s + one CQL timeout 3 s). Region-b's is a clone with
+/// its own `region.name`.
+pub fn one_datacenter(name: &str) -> Settings {
+    let mut a = super::topology::settings(name);
+    a.api.session_key = super::api::KEY.into();
+    a.api.admin_token = super::api::ADMIN.into();
+    a.api.relay = false;
+    a.region.name = Some("region-a".into());
+    a.region.ranges = 4;
+    a.region.lease = Duration::from_secs(1);
+    a.region.refresh = Duration::from_millis(200);
+    a.api.write_deadline = Duration::from_secs(2);
+    a.cql.request_timeout = Duration::from_secs(3);
+    a
+}
+
 /// A move with no recount: for the tests of the range table and the write path, which run
 /// no pipeline (tests/regions.rs's count test recounts).
 pub async fn move_only(
@@ -109,10 +127,33 @@ pub async fn serve(
             stop.clone(),
         ));
     }
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, likes::api::router(app)).await });
+    // The server `likes api` runs: HTTPS when the settings give it a certificate, and then a
+    // client that trusts the peers' CA (the tests sign both with one).
+    let tls = !settings.api.tls_cert.is_empty();
+    let scheme = if tls { "https" } else { "http" };
+    let url = format!("{scheme}://{}", listener.local_addr().unwrap());
+    let bounds = likes::api::serve::Bounds::of(settings).expect("server bounds");
+    let stop = likes::runtime::shutdown::CancellationToken::new();
+    tokio::spawn(likes::api::serve::serve(
+        listener,
+        likes::api::router(app),
+        bounds,
+        stop,
+    ));
+    let mut http = reqwest::Client::builder();
+    if tls {
+        let ca = std::fs::read(&settings.region.peer_ca).expect("region.peer_ca");
+        http = http
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap());
+        if !settings.region.peer_cert.is_empty() {
+            let mut pem = std::fs::read(&settings.region.peer_cert).unwrap();
+            pem.extend(std::fs::read(&settings.region.peer_key).unwrap());
+            http = http.identity(reqwest::Identity::from_pem(&pem).unwrap());
+        }
+    }
     super::api::Client {
-        http: reqwest::Client::new(),
+        http: http.build().unwrap(),
         base: url,
         signer: likes::api::auth::Signer::new(super::api::KEY.as_bytes()),
     }

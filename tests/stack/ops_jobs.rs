@@ -667,6 +667,8 @@ async fn rebuild_after_dropping_the_counter_table_equals_ground_truth() {
     use likes::runtime::health::Health;
     use likes::runtime::shutdown::CancellationToken;
 
+    // Its rebuilds pass the fail point another test arms.
+    let _turn = FAILPOINTS.lock().await;
     let (settings, topology, app, client) = api::serve_with("rebuild", quick).await;
     // As in a deployment: a write answered 503 past its deadline, or one whose publish was
     // deferred (api.publish_wait), leaves its outbox entry to the relay, and the rebuild's

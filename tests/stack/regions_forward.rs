@@ -132,16 +132,7 @@ async fn a_hung_home_region_sheds_only_its_own_forwards() {
 /// home like a user's write (before: 503 `not_home` for ever, to a tool that retries).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_admin_retraction_of_another_regions_item_is_forwarded_to_its_home() {
-    let mut a = fx::settings("fwdretract");
-    a.api.session_key = KEY.into();
-    a.api.admin_token = ADMIN.into();
-    a.api.relay = false;
-    a.region.name = Some("region-a".into());
-    a.region.ranges = 4;
-    a.region.lease = Duration::from_secs(1);
-    a.region.refresh = Duration::from_millis(200);
-    a.api.write_deadline = Duration::from_secs(2);
-    a.cql.request_timeout = Duration::from_secs(3);
+    let mut a = crate::common::regions::one_datacenter("fwdretract");
     let topology = likes::topology::Topology::load(None).unwrap();
     fx::setup(&a, &topology).await;
     let (la, lb) = (

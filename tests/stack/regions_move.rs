@@ -10,21 +10,12 @@ use std::time::Duration;
 
 use likes::ops::region::Which;
 
-use crate::common::api::{Client, ADMIN, KEY};
+use crate::common::api::{Client, KEY};
 use crate::common::topology as fx;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_move_whose_recount_left_items_in_flight_keeps_them_owed() {
-    let mut a = fx::settings("moveowed");
-    a.api.session_key = KEY.into();
-    a.api.admin_token = ADMIN.into();
-    a.api.relay = false;
-    a.region.name = Some("region-a".into());
-    a.region.ranges = 4;
-    a.region.lease = Duration::from_secs(1);
-    a.region.refresh = Duration::from_millis(200);
-    a.api.write_deadline = Duration::from_secs(2);
-    a.cql.request_timeout = Duration::from_secs(3);
+    let mut a = crate::common::regions::one_datacenter("moveowed");
     a.api.relay_min_age = Duration::from_secs(6);
     a.ops.wait_timeout = Duration::from_secs(120);
     let topology = likes::topology::Topology::load(None).unwrap();

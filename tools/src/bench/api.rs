@@ -301,6 +301,7 @@ pub async fn run(
     settings.api.max_writes_in_flight = 4096;
     settings.api.write_latency_target = Duration::ZERO;
     settings.api.max_writes_per_s = 0.0;
+    settings.api.max_writes_per_user_per_s = 0.0;
     settings.api.relay = false;
     let (session, _) = crate::namespace::create(&settings, topology, true).await?;
     let dir = std::env::temp_dir().join(format!("likes-benchapi-{stamp}"));
@@ -556,6 +557,10 @@ pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<Pr
             (
                 "LIKES__API__MAX_WRITES_PER_S",
                 a.max_writes_per_s.to_string(),
+            ),
+            (
+                "LIKES__API__MAX_WRITES_PER_USER_PER_S",
+                a.max_writes_per_user_per_s.to_string(),
             ),
             ("LIKES__API__RELAY", "false".to_string()),
             // Off unless the bench set it (`bench overload` scrapes the API).

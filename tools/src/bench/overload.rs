@@ -238,6 +238,7 @@ fn spawn(settings: &Settings, dir: &std::path::Path, adaptive: bool) -> Result<P
     settings.api.max_writes_in_flight = max;
     settings.api.write_latency_target = target;
     settings.api.max_writes_per_s = 0.0;
+    settings.api.max_writes_per_user_per_s = 0.0;
     settings.metrics.listen = format!("127.0.0.1:{API_METRICS_PORT}");
     super::api::spawn_api(&settings, dir)
 }

@@ -217,6 +217,7 @@ async fn sweep(
     settings.api.max_writes_in_flight = 20_000;
     settings.api.write_latency_target = std::time::Duration::ZERO;
     settings.api.max_writes_per_s = 0.0;
+    settings.api.max_writes_per_user_per_s = 0.0;
     let dir = std::env::temp_dir().join(format!("likes-sweep-{stamp}"));
     settings.dedupe.state_dir = dir.join("state");
     crate::namespace::write_topology(&dir, topology)?;
