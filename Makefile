@@ -17,7 +17,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: rocksdb bench-rocksdb bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import
+.PHONY: hostile rocksdb bench-rocksdb bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -92,6 +92,12 @@ bench-restore: up ## Stage 1's restore of a 10M-record changelog against a bare 
 bench-rocksdb: up ## The prebuilt RocksDB against the bundled one built from source: stage 1's restore and drain, ratios in one run (ROUNDS=3)
 	@stack/prereqs.sh stack build
 	bench/rocksdb-ab.sh
+
+hostile: up ## What hostile clients cost a real user: its success and p99 alone and beside four attacks; the API's RSS and series (~1 min)
+	@stack/prereqs.sh build
+	@stack/rocksdb.sh
+	$(CARGO) build --release --workspace --bins
+	$(CARGO_TARGET_DIR)/release/likes-tools hostile $(HOSTILE_ARGS)
 
 bench-overload: up ## The API at 2x and 4x its capacity under the adaptive write limit (~8 min)
 	@stack/prereqs.sh stack build

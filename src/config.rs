@@ -164,6 +164,9 @@ pub struct ApiSettings {
     pub tls_client_ca: String,
     /// Connections the API holds at once; past it the next is accepted when one closes.
     pub max_connections: usize,
+    /// `POST /v1/likes:batchGet` calls served at once (each reads up to 200 rows); past it
+    /// the next gets 503 with Retry-After at once.
+    pub max_batch_gets_in_flight: usize,
     /// A request's headers must arrive within this, counted from when the server waits for
     /// them (an idle keep-alive connection is closed after it too).
     #[serde(with = "humantime_serde")]

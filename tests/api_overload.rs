@@ -257,3 +257,52 @@ async fn the_write_limit_comes_down_when_the_database_slows_and_goes_back_up() {
     eprintln!("fast again: (ok, shed) per 2 s round until one shed next to nothing: {rounds:?}");
     fx::teardown(&settings, &topology).await;
 }
+
+/// Issue 44, item 4: batchGet reads up to 200 rows a call and passes no admission; past
+/// `api.max_batch_gets_in_flight` a call is refused at once with 503 and Retry-After. One call
+/// is held inside by a fail point (as a slow database would hold it); the next is refused, and
+/// once the first is done calls are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batch_gets_past_their_bound_are_refused_at_once() {
+    use std::sync::{mpsc, Mutex};
+    let _alone = ALONE.lock().await;
+    let (settings, topology, _app, client) = api::serve_with("batchbound", |s| {
+        s.api.max_batch_gets_in_flight = 1;
+    })
+    .await;
+    let (reached_tx, reached) = mpsc::channel::<()>();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let held = Mutex::new(Some((reached_tx, go_rx)));
+    fail::cfg_callback("api-batch-get", move || {
+        let first = held.lock().unwrap().take();
+        if let Some((reached, go)) = first {
+            reached.send(()).unwrap();
+            let _ = go.recv_timeout(Duration::from_secs(60));
+        }
+    })
+    .unwrap();
+    let batch = |client: Arc<api::Client>| async move {
+        let items: Vec<String> = (0..100).map(|i| format!("b{i}")).collect();
+        let r = client
+            .http
+            .post(format!("{}/v1/likes:batchGet", client.base))
+            .bearer_auth(client.token("reader"))
+            .json(&serde_json::json!({ "itemIds": items }))
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.headers().contains_key("retry-after"))
+    };
+    let first = tokio::spawn(batch(client.clone()));
+    tokio::task::spawn_blocking(move || reached.recv_timeout(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("the first batchGet reached its reads");
+    let (s, retry) = batch(client.clone()).await;
+    assert_eq!((s, retry), (StatusCode::SERVICE_UNAVAILABLE, true));
+    go.send(()).unwrap();
+    assert_eq!(first.await.unwrap().0, StatusCode::OK);
+    assert_eq!(batch(client.clone()).await.0, StatusCode::OK);
+    fail::remove("api-batch-get");
+    fx::teardown(&settings, &topology).await;
+}

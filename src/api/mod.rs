@@ -55,6 +55,9 @@ pub struct App {
     pub signer: auth::Signer,
     /// With `region.name` set: where writes of other regions' items go.
     pub forwarder: Option<forward::Forwarder>,
+    /// batchGet calls served at once (`api.max_batch_gets_in_flight`): reads are not admitted
+    /// with the writes, and one call reads up to 200 rows.
+    pub batch_gets: tokio::sync::Semaphore,
 }
 
 impl App {
@@ -72,6 +75,7 @@ impl App {
             session,
             signer,
             forwarder,
+            batch_gets: tokio::sync::Semaphore::new(settings.api.max_batch_gets_in_flight.max(1)),
         }))
     }
 }

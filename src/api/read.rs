@@ -86,6 +86,9 @@ pub const MAX_PAGE: usize = 100;
 /// page stops here with what it found, maybe fewer than `limit` users or none, and a cursor
 /// to go on from.
 pub const MAX_READS_PER_PAGE: usize = 10;
+
+/// Items of one batchGet read at once (each a count and an edge).
+const BATCH_READS_AT_ONCE: usize = 16;
 /// Most items in one batchGet.
 pub const MAX_BATCH: usize = 100;
 
@@ -214,10 +217,17 @@ pub async fn batch_get(
     for id in &req.item_ids {
         check_id("every itemId", id)?;
     }
+    // Bounded (issue 44): a call reads up to 200 rows, and reads pass no admission.
+    let Ok(_slot) = app.batch_gets.try_acquire() else {
+        return Err(ApiError::Unavailable(
+            "too many batchGet calls in flight (api.max_batch_gets_in_flight); retry after the given seconds".into(),
+        ));
+    };
+    fail::fail_point!("api-batch-get");
     let bucket = hash::bucket_of(&user, app.topology.buckets) as i32;
-    let lookups = req.item_ids.iter().map(|item| {
+    let lookups = req.item_ids.into_iter().map(|item| {
         let app = app.clone();
-        let (item, user) = (item.clone(), user.clone());
+        let user = user.clone();
         async move {
             let Json(c) = count(State(app.clone()), Path(item.clone())).await?;
             let edge = app.store.edges.read(&item, bucket, &user).await?;
@@ -229,6 +239,11 @@ pub async fn batch_get(
             })
         }
     });
-    let items = futures::future::try_join_all(lookups).await?;
+    // At most BATCH_READS_AT_ONCE items of one call read at a time.
+    use futures::{StreamExt, TryStreamExt};
+    let items: Vec<BatchItem> = futures::stream::iter(lookups)
+        .buffered(BATCH_READS_AT_ONCE)
+        .try_collect()
+        .await?;
     Ok(Json(serde_json::json!({ "items": items })))
 }

@@ -6,6 +6,7 @@
 mod bench;
 mod chaos;
 mod demo;
+mod hostile;
 mod loadgen;
 mod namespace;
 mod procs;
@@ -54,6 +55,11 @@ enum Command {
     ///
     /// Examples: `likes-tools chaos --seed 7` (one run); `likes-tools chaos --seed 1 --runs 100`.
     Chaos(chaos::ChaosArgs),
+    /// What hostile clients cost a real user (`make hostile`): `likes api` with its defaults,
+    /// a legitimate user writing alone, then beside unauthenticated and forged floods, one
+    /// user at full speed, 10,000 invented methods and slowloris connections; prints its
+    /// success rate and p99 per phase and the API's RSS and metric series.
+    Hostile(hostile::HostileArgs),
     /// Deletes the topics and keyspaces that failed or killed test runs left on the local stack
     /// (namespaces `<base>_<pid>_<millis>_<n>` whose process has exited; `make test` runs it
     /// first). Anything else, and a run still alive beside this one, is left alone.
@@ -101,6 +107,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 if !verdict {
                     anyhow::bail!("demo: the counts did not match the edges (see the table above)");
                 }
+            }
+            Command::Hostile(args) => {
+                out(&hostile::run(&settings, &topology, &args).await?.to_string());
             }
             Command::Prune => {
                 let pruned = prune::run(&settings).await?;

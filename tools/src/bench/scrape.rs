@@ -99,11 +99,16 @@ pub(crate) fn cpu_seconds(pid: u32) -> f64 {
 }
 
 pub(crate) fn peak_rss_mb(pid: u32) -> f64 {
+    status_mb(pid, "VmHWM:")
+}
+
+/// A memory line of /proc/<pid>/status (`VmHWM:` peak, `VmRSS:` now), in MB.
+pub(crate) fn status_mb(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map(|kb| kb / 1024.0)
