@@ -340,7 +340,7 @@ async fn run_file(
             // found already imported may be one a killed run wrote after its last checkpoint,
             // whose item the side file, cut back to that checkpoint, no longer lists. A
             // recount of an item with nothing to fix sends nothing.
-            if let (Ok(e), false) = (r, matches!(o, Outcome::Rejected(_))) {
+            if let (Ok(e), false) = (r, matches!(o, Outcome::Rejected(_) | Outcome::Erased(_))) {
                 if e.item != last_item {
                     its.push_str(&e.item);
                     its.push('\n');
@@ -355,6 +355,17 @@ async fn run_file(
                     ck.tally.rejected += 1;
                     rej.push_str(
                         &serde_json::json!({"file": file.path, "row": seq + 1, "reason": why, "raw": raw})
+                            .to_string(),
+                    );
+                    rej.push('\n');
+                }
+                Outcome::Erased(erasure) => {
+                    ck.tally.rejected += 1;
+                    let why = format!(
+                        "an erased account's row (erasure {erasure}): not imported, and not kept here"
+                    );
+                    rej.push_str(
+                        &serde_json::json!({"file": file.path, "row": seq + 1, "reason": why})
                             .to_string(),
                     );
                     rej.push('\n');

@@ -37,6 +37,9 @@ pub enum Outcome {
     Updated,
     Skipped(&'static str),
     Rejected(String),
+    /// A row of an erased account: refused, and its reject line names the erasure, never the
+    /// user or the row (issue 44: the account's data would outlive its erasure there).
+    Erased(String),
 }
 
 /// A row on its way: its number, its edge or why not.
@@ -67,10 +70,7 @@ impl ChunkWriter {
         let mut latest: HashMap<(&str, &str), (usize, &ImportedEdge)> = HashMap::new();
         for &(i, e) in &valid {
             if let Some(id) = erased.get(&e.user) {
-                out[i] = Some(Outcome::Rejected(format!(
-                    "user {:?} was erased (erasure {id}): an erased account's likes are not imported",
-                    e.user
-                )));
+                out[i] = Some(Outcome::Erased(id.to_string()));
                 continue;
             }
             if let Some(why) = self.not_here(&e.item)? {

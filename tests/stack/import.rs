@@ -288,6 +288,11 @@ async fn import_killed_and_resumed_under_live_likes_counts_exactly_and_compares_
     assert!(lines
         .iter()
         .all(|l| !l["reason"].as_str().unwrap().is_empty() && l["row"].as_u64().unwrap() > 0));
+    // An erased account's rows leave no trace of the account (issue 44): no user id, no row.
+    assert!(
+        !rejects.contains("gone"),
+        "the erased user's id is in rejects.jsonl: {rejects}"
+    );
 
     // The edges are what the file says, but where a live request came since.
     let mut want_edges = gen.edges.clone();
