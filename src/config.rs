@@ -172,7 +172,7 @@ pub struct ApiSettings {
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
     /// A request not answered within this gets 503 (bounds a slow body too). Must exceed
-    /// `write_deadline` + `publish_wait`.
+    /// `write_deadline` + `cql.request_timeout` + `publish_wait`.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
     /// How long a write waits for the broker to acknowledge its event once its flip has
@@ -201,10 +201,15 @@ pub struct DedupeSettings {
 impl DedupeSettings {
     /// The shortest horizon stage 1 starts with: four times what a flip may spend on its way
     /// without a broker outage (a transaction's timeout, a commit resumed past two request
-    /// timeouts, the relay's minimum age). A horizon near it turns a flip delayed by an
-    /// outage into one stage 1 can no longer tell from a copy (issue 43, hole 7a).
+    /// timeouts, the relay's minimum age, and the lease of a relay that died holding the
+    /// entry's shard). A horizon near it turns a flip delayed by an outage into one stage 1
+    /// can no longer tell from a copy (issue 43, hole 7a).
     pub fn horizon_floor(&self, kafka: &KafkaSettings, api: &ApiSettings) -> Duration {
-        (self.transaction_timeout + kafka.request_timeout * 2 + api.relay_min_age) * 4
+        (self.transaction_timeout
+            + kafka.request_timeout * 2
+            + api.relay_min_age
+            + api.relay_lease)
+            * 4
     }
 }
 
@@ -387,12 +392,14 @@ impl Settings {
                 self.api.relay_min_age, in_flight
             ));
         }
-        if self.api.request_timeout <= self.api.write_deadline + self.api.publish_wait {
+        // A forward waits for the home up to its deadline and one CQL timeout.
+        let longest = self.api.write_deadline + self.cql.request_timeout + self.api.publish_wait;
+        if self.api.request_timeout <= longest {
             return bad(format!(
-                "api.request_timeout ({:?}) must exceed api.write_deadline + api.publish_wait \
-                 ({:?}): writes would be cut before they answer",
-                self.api.request_timeout,
-                self.api.write_deadline + self.api.publish_wait
+                "api.request_timeout ({:?}) must exceed api.write_deadline + cql.request_timeout \
+                 + api.publish_wait ({longest:?}): writes, and forwards to a home region, would \
+                 be cut before they answer",
+                self.api.request_timeout
             ));
         }
         if self.api.max_connections == 0 || self.api.header_read_timeout.is_zero() {

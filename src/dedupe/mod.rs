@@ -586,8 +586,9 @@ fn check_horizon(settings: &Settings, topology: &Topology) -> Result<()> {
     }
     Err(Error::Config(format!(
         "the topology's dedupe_ttl ({:?}) is under 4 x (dedupe.transaction_timeout + 2 x \
-         kafka.request_timeout + api.relay_min_age) = {floor:?}: a flip delayed by a broker \
-         outage could reach stage 1 past it and be refused as a copy. Raise dedupe_ttl, or \
+         kafka.request_timeout + api.relay_min_age + api.relay_lease) = {floor:?}: a flip \
+         delayed by a broker outage could reach stage 1 past it and be refused as a copy. \
+         Raise dedupe_ttl, or \
          set dedupe.allow_short_horizon = true for a test or demo",
         topology.dedupe_ttl
     )))
@@ -708,7 +709,7 @@ mod tests {
         assert!(
             err.contains("dedupe_ttl")
                 && err.contains("allow_short_horizon")
-                && err.contains("360s"),
+                && err.contains("400s"),
             "{err}"
         );
         settings.dedupe.allow_short_horizon = true;
