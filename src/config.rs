@@ -205,10 +205,7 @@ impl DedupeSettings {
     /// entry's shard). A horizon near it turns a flip delayed by an outage into one stage 1
     /// can no longer tell from a copy (issue 43, hole 7a).
     pub fn horizon_floor(&self, kafka: &KafkaSettings, api: &ApiSettings) -> Duration {
-        (self.transaction_timeout
-            + kafka.request_timeout * 2
-            + api.relay_min_age
-            + api.relay_lease)
+        (self.transaction_timeout + kafka.request_timeout * 2 + api.relay_min_age + api.relay_lease)
             * 4
     }
 }
