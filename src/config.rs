@@ -310,6 +310,13 @@ pub enum LogFormat {
 }
 
 impl Settings {
+    /// The embedded defaults alone, as a process with no file and no `LIKES__*` would run.
+    pub fn defaults() -> Result<Self> {
+        Figment::from(Toml::string(DEFAULTS))
+            .extract()
+            .map_err(|e| Error::Config(e.to_string()))
+    }
+
     /// Loads defaults, then `file` (which must exist if given), then `LIKES__*` variables.
     pub fn load(file: Option<&Path>) -> Result<Self> {
         let mut figment = Figment::from(Toml::string(DEFAULTS));

@@ -558,16 +558,23 @@ pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<Pr
                 "LIKES__API__MAX_WRITES_PER_S",
                 a.max_writes_per_s.to_string(),
             ),
-            (
-                "LIKES__API__MAX_WRITES_PER_USER_PER_S",
-                a.max_writes_per_user_per_s.to_string(),
-            ),
             ("LIKES__API__RELAY", "false".to_string()),
             // Off unless the bench set it (`bench overload` scrapes the API).
             ("LIKES__METRICS__LISTEN", settings.metrics.listen.clone()),
             ("RUST_LOG", "warn".to_string()),
         ],
     );
+    let mut env = env;
+    // Set only when it is not the default, so a `likes` from before each user's share
+    // (LIKES_BIN, for a before/after run of `likes-tools hostile`) still starts: its config
+    // refuses keys it does not know.
+    let default = Settings::defaults()?.api.max_writes_per_user_per_s;
+    if a.max_writes_per_user_per_s != default {
+        env.push((
+            "LIKES__API__MAX_WRITES_PER_USER_PER_S".into(),
+            a.max_writes_per_user_per_s.to_string(),
+        ));
+    }
     procs::spawn_attached("api", "api", dir, &env)
 }
 
