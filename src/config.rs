@@ -69,6 +69,10 @@ pub struct RegionSettings {
     pub max_forwards_in_flight: usize,
 }
 
+fn default_connections_per_shard() -> usize {
+    1
+}
+
 fn default_max_forwards() -> usize {
     64
 }
@@ -263,6 +267,10 @@ pub struct CqlSettings {
     /// How often the API and the relay check their clock again while they run (0s: never).
     #[serde(with = "humantime_serde")]
     pub clock_check_every: Duration,
+    /// Connections to each shard of each node (Cassandra: each node). More than one spreads
+    /// a busy pod's requests over several sockets.
+    #[serde(default = "default_connections_per_shard")]
+    pub connections_per_shard: usize,
     pub replication: Replication,
     /// The datacenter of this process's region: requests go to its nodes only, and
     /// `LOCAL_*` consistencies mean it (docs/multi-region.md). Unset: any node, for a

@@ -245,7 +245,6 @@ async fn outbox_rows(app: &likes::api::App) -> i64 {
 /// lets its shards go (a relay stopping), B drains them at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn relays_hold_outbox_shards_by_lease_and_publish_each_entry_once() {
-    use std::sync::{mpsc, Mutex};
     use tokio::sync::oneshot;
     let _turn = FAILPOINTS.lock().await;
     let (settings, topology, _app, client) = api::serve("leases").await;
@@ -260,18 +259,7 @@ async fn relays_hold_outbox_shards_by_lease_and_publish_each_entry_once() {
     }
 
     // A stops at its first page read, until the test lets it go; later pages pass.
-    let (reached_tx, reached) = mpsc::channel::<()>();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let held = Mutex::new(Some((reached_tx, go_rx)));
-    fail::cfg_callback("relay-after-scan", move || {
-        // Taken first: the guard must not stay held while A waits (B comes here too).
-        let first = held.lock().unwrap().take();
-        if let Some((reached, go)) = first {
-            reached.send(()).unwrap();
-            let _ = go.recv_timeout(Duration::from_secs(60));
-        }
-    })
-    .unwrap();
+    let hold = common::Hold::first_at("relay-after-scan");
     // A on a runtime of its own: the hold blocks one of its threads, and a task parked behind
     // it must be A's, never B's or the test's.
     let (a_pass, a_passed) = oneshot::channel();
@@ -286,14 +274,10 @@ async fn relays_hold_outbox_shards_by_lease_and_publish_each_entry_once() {
             let _ = done.send(());
         })
     };
-    tokio::task::spawn_blocking(move || reached.recv_timeout(Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .expect("relay A never read a page");
+    hold.reached().await;
     let by_b = relay::pass(&b, Duration::ZERO).await.unwrap();
-    go.send(()).unwrap();
+    hold.release();
     let by_a = a_passed.await.unwrap();
-    fail::remove("relay-after-scan");
     assert_eq!(
         by_a.published + by_b.published,
         20,

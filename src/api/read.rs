@@ -223,7 +223,7 @@ pub async fn batch_get(
             "too many batchGet calls in flight (api.max_batch_gets_in_flight); retry after the given seconds".into(),
         ));
     };
-    fail::fail_point!("api-batch-get");
+    crate::runtime::hold::point("api-batch-get").await;
     let bucket = hash::bucket_of(&user, app.topology.buckets) as i32;
     let lookups = req.item_ids.into_iter().map(|item| {
         let app = app.clone();

@@ -53,9 +53,18 @@ pub async fn connect(settings: &CqlSettings) -> Result<Arc<Session>> {
         .known_nodes(&settings.nodes)
         .connection_timeout(settings.request_timeout)
         .default_execution_profile_handle(profile.into_handle())
+        .pool_size(pool_size(settings))
         .build()
         .await?;
     Ok(Arc::new(session))
+}
+
+/// Connections to each shard of each node (Cassandra: one shard per node). One connection
+/// multiplexes many requests, but its frames are read and written by one task each, so a pod
+/// writing hundreds a second queues behind it (issue 45: the write path's tail).
+fn pool_size(settings: &CqlSettings) -> scylla::client::PoolSize {
+    let n = std::num::NonZeroUsize::new(settings.connections_per_shard.max(1)).expect("max(1)");
+    scylla::client::PoolSize::PerShard(n)
 }
 
 /// The column names of a result, in order (conditional writes answer with `[applied]` and

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
@@ -197,6 +197,13 @@ pub fn start_at_zero(role: &'static str) {
     }
 }
 
+/// Buckets of the staleness histograms, seconds: fine around the 5 s SLO, then out to the
+/// 10-minute band a backlog or the dedupe horizon reaches.
+pub const STALENESS_BUCKETS: &[f64] = &[
+    0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.5, 10.0, 15.0, 20.0,
+    30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0,
+];
+
 /// Serves `/metrics` (Prometheus text) on `addr`, and `/healthz` and `/readyz`: 200 while
 /// every stage of `health` is live, 503 with the reason once one has stalled. Must be called
 /// inside a Tokio runtime.
@@ -206,7 +213,22 @@ pub async fn install(addr: SocketAddr, health: Vec<Health>) -> Result<()> {
             0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5,
             2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 30.0,
         ])
-        .map_err(|e| Error::Config(format!("metrics: {e}")))?
+        .map_err(|e| Error::Config(format!("metrics: {e}")))?;
+    // Staleness and its parts span sub-second to minutes: a backlog's staleness must read as
+    // what it is (the shared buckets' 10 -> 30 -> +Inf made "30" a cap and anything from 10 to
+    // 30 s one bucket: issue 45).
+    let mut handle = handle;
+    for name in [
+        STALENESS_SECONDS,
+        INPUT_DELAY_SECONDS,
+        WINDOW_CLOSED_SECONDS,
+        EVENT_DELAY_SECONDS,
+    ] {
+        handle = handle
+            .set_buckets_for_metric(Matcher::Full(name.to_string()), STALENESS_BUCKETS)
+            .map_err(|e| Error::Config(format!("metrics: {e}")))?;
+    }
+    let handle = handle
         .install_recorder()
         .map_err(|e| Error::Config(format!("metrics on {addr}: {e}")))?;
     describe();

@@ -3,6 +3,7 @@
 
 pub mod clock;
 pub mod health;
+pub mod hold;
 pub mod metrics;
 pub mod shutdown;
 pub mod supervise;

@@ -91,3 +91,51 @@ pub mod procs;
 pub mod regions;
 pub mod stack;
 pub mod topology;
+
+/// The first thread to reach fail point `name` stops there until [`Hold::release`]; later
+/// ones pass. The guard of the first-caller slot is dropped before the wait (a lock kept in
+/// an `if let` would make the others wait on it instead).
+pub struct Hold {
+    name: &'static str,
+    reached: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    go: std::sync::mpsc::Sender<()>,
+}
+
+impl Hold {
+    pub fn first_at(name: &'static str) -> Self {
+        use std::sync::{mpsc, Mutex};
+        let (reached_tx, reached) = mpsc::channel::<()>();
+        let (go, go_rx) = mpsc::channel::<()>();
+        let held = Mutex::new(Some((reached_tx, go_rx)));
+        fail::cfg_callback(name, move || {
+            let first = held.lock().unwrap().take();
+            if let Some((reached, go)) = first {
+                reached.send(()).unwrap();
+                let _ = go.recv_timeout(std::time::Duration::from_secs(60));
+            }
+        })
+        .unwrap();
+        Hold {
+            name,
+            reached: std::sync::Mutex::new(Some(reached)),
+            go,
+        }
+    }
+
+    /// Waits (off the runtime's threads) until the first thread stops at the point.
+    pub async fn reached(&self) {
+        let reached = self.reached.lock().unwrap().take().expect("waited once");
+        tokio::task::spawn_blocking(move || {
+            reached.recv_timeout(std::time::Duration::from_secs(60))
+        })
+        .await
+        .unwrap()
+        .unwrap_or_else(|_| panic!("nothing reached fail point {} in 60 s", self.name));
+    }
+
+    /// Lets the held thread go on, and the fail point stops no one after.
+    pub fn release(&self) {
+        let _ = self.go.send(());
+        fail::remove(self.name);
+    }
+}

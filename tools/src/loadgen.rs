@@ -444,6 +444,14 @@ pub struct EdgeSeen {
 }
 
 impl Live {
+    /// Counters that also keep every request's [`Answer`].
+    pub fn keeping_answers() -> Self {
+        Live {
+            answers: Some(Mutex::new(Vec::new())),
+            ..Live::default()
+        }
+    }
+
     /// Counters that also keep [`EdgeSeen`] per edge and every request's [`Answer`].
     pub fn tracking_edges() -> Self {
         Live {

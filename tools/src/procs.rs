@@ -97,15 +97,37 @@ fn start_with(
     env: &[(String, String)],
     own_group: bool,
 ) -> Result<Proc> {
+    start_bin(&likes_bin()?, args, name, dir, env, own_group)
+}
+
+/// [`spawn_attached`] of a `likes` binary named by path: a side-by-side run of two builds
+/// (`bench ab`).
+pub fn spawn_bin_attached(
+    exe: &Path,
+    command: &'static str,
+    name: &'static str,
+    dir: &Path,
+    env: &[(String, String)],
+) -> Result<Proc> {
+    start_bin(exe, &[command], name, dir, env, false)
+}
+
+fn start_bin(
+    exe: &Path,
+    args: &[&str],
+    name: &'static str,
+    dir: &Path,
+    env: &[(String, String)],
+    own_group: bool,
+) -> Result<Proc> {
     let command = args.join(" ");
-    let exe = likes_bin()?;
     let log_path = dir.join(format!("{name}.log"));
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
-    let mut cmd = Command::new(&exe);
+    let mut cmd = Command::new(exe);
     cmd.args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())

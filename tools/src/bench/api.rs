@@ -539,6 +539,17 @@ impl Loops {
 /// Starts `likes api` in the bench's namespace, without the relay (the bench measures
 /// the write path alone).
 pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<Proc> {
+    spawn_api_bin(settings, dir, &procs::likes_bin()?, "api", &[])
+}
+
+/// [`spawn_api`] of the `likes` binary at `bin`, logging to `<dir>/<name>.log`.
+pub(crate) fn spawn_api_bin(
+    settings: &Settings,
+    dir: &std::path::Path,
+    bin: &std::path::Path,
+    name: &'static str,
+    extra_env: &[(String, String)],
+) -> Result<Proc> {
     let a = &settings.api;
     let env = procs::env_in(
         &settings.cql.keyspace,
@@ -575,7 +586,8 @@ pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<Pr
             a.max_writes_per_user_per_s.to_string(),
         ));
     }
-    procs::spawn_attached("api", "api", dir, &env)
+    env.extend(extra_env.iter().cloned());
+    procs::spawn_bin_attached(bin, "api", name, dir, &env)
 }
 
 pub(crate) async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<()> {

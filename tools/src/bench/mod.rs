@@ -2,6 +2,7 @@
 //!
 //! - [`topology`]: events through both stages against the fastest plain consumer of the same
 //!   topic and a Kafka Streams exactly-once peer of the same topology ([`peer`]).
+//! - [`ab`]: two builds of the API side by side (ABBA), for a change to the write path.
 //! - [`api`]: the API over loopback against the write path in process and a bare LWT.
 //! - [`overload`]: the API at 2× and 4× its capacity under the adaptive write limit, and its
 //!   writes through a broker outage ([`outage`]) and a Cassandra slowed by pauses
@@ -11,6 +12,7 @@
 //! - [`report`]: all of them plus a sweep of offered load, written to `bench/report.md`
 //!   with [`plots`].
 
+pub mod ab;
 pub mod api;
 pub mod api_costs;
 pub mod gen;

@@ -1,0 +1,265 @@
+//! `likes-tools bench ab`: two builds of `likes api` side by side (issue 45, item 5). A change
+//! to the write path is judged against the build before it in one run, on one box, against
+//! one stack: both APIs run at once on two ports of one namespace, and the same open-loop mix
+//! (zipf items, a viral item, unlikes, retries) goes to one, then the other, in ABBA order
+//! per round (BAAB the next), so a drift of the shared box over the run falls on both alike.
+//!
+//! Per segment: writes answered 2xx, p50 and p99 from the scheduled send (open loop). Per
+//! round: candidate / baseline p99 from the mean of each one's two segments. The report gives
+//! medians with min–max over rounds.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Result};
+use likes::config::Settings;
+use likes::topology::Topology;
+
+use super::api::{spawn_api_bin, wait_ready};
+use super::stats::{fig, mmm};
+use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Summary, Target};
+use crate::procs::{likes_bin, stop};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct AbArgs {
+    /// The `likes` binary to compare against (e.g. a build of the commit before the change).
+    #[arg(long)]
+    pub baseline: PathBuf,
+    /// The `likes` binary under test (default: the one beside likes-tools, or LIKES_BIN).
+    #[arg(long)]
+    pub candidate: Option<PathBuf>,
+    /// Requests a second to each API in its turn.
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    /// Seconds of each segment (four per round).
+    #[arg(long, default_value_t = 20.0)]
+    pub seconds: f64,
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Distinct items, by zipf (s = 1).
+    #[arg(long, default_value_t = 200)]
+    pub items: u32,
+    /// Share of likes to the one viral item.
+    #[arg(long, default_value_t = 0.05)]
+    pub viral_share: f64,
+    /// `KEY=VALUE` in the candidate's environment only (a knob the baseline lacks), repeated.
+    #[arg(long = "candidate-env")]
+    pub candidate_env: Vec<String>,
+    /// The APIs' own admission: the default is as deployed; `--no-admission` measures the
+    /// write path's latency without the adaptive limit shedding its tail.
+    #[arg(long)]
+    pub no_admission: bool,
+}
+
+/// One segment: which build, and what its writes got.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    pub round: usize,
+    pub build: &'static str,
+    pub sent: u64,
+    pub ok: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+#[derive(Debug)]
+pub struct Report {
+    pub args: AbArgs,
+    pub segments: Vec<Segment>,
+}
+
+pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<Report> {
+    if !(args.rate > 0.0 && args.seconds > 0.0 && args.rounds > 0) {
+        anyhow::bail!("--rate, --seconds and --rounds must be above 0");
+    }
+    let candidate = match &args.candidate {
+        Some(p) => p.clone(),
+        None => likes_bin()?,
+    };
+    for bin in [&args.baseline, &candidate] {
+        if !bin.is_file() {
+            anyhow::bail!("{}: no such binary", bin.display());
+        }
+    }
+    let stamp = likes::runtime::clock::now_ms();
+    let mut settings = base.clone();
+    settings.kafka.topic_prefix = format!("ab{stamp}.");
+    settings.cql.keyspace = format!("ab_{stamp}");
+    settings.api.session_key = format!("ab-session-key-{stamp:0>24}");
+    // Tests and benches write as many users as the mix draws; each user's share stays on.
+    if args.no_admission {
+        settings.api.write_latency_target = std::time::Duration::ZERO;
+        settings.api.max_writes_in_flight = 20_000;
+        settings.api.max_writes_per_s = 1e9;
+    }
+    let (session, _) = crate::namespace::create(&settings, topology, true).await?;
+    let dir = std::env::temp_dir().join(format!("likes-ab-{stamp}"));
+    std::fs::create_dir_all(&dir)?;
+    let http = reqwest::Client::new();
+    let mut apis = Vec::new();
+    let mut urls = Vec::new();
+    for (i, (bin, name)) in [(&args.baseline, "baseline"), (&candidate, "candidate")]
+        .into_iter()
+        .enumerate()
+    {
+        let mut s = settings.clone();
+        s.api.listen = format!("127.0.0.1:{}", 19500 + i);
+        s.metrics.listen = String::new();
+        let extra: Vec<(String, String)> = if name == "candidate" {
+            args.candidate_env
+                .iter()
+                .map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .ok_or_else(|| anyhow!(format!("--candidate-env {kv}: not KEY=VALUE")))
+                })
+                .collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
+        apis.push(spawn_api_bin(&s, &dir, bin, name, &extra)?);
+        let url = format!("http://{}", s.api.listen);
+        wait_ready(&http, &url).await?;
+        urls.push(url);
+    }
+    let targets = [
+        Arc::new(Target::http(&settings, &urls[0])?),
+        Arc::new(Target::http(&settings, &urls[1])?),
+    ];
+    let mut mix = Mix::new(MixArgs {
+        items: args.items,
+        viral_share: args.viral_share,
+        unlike_share: 0.1,
+        retry_share: 0.05,
+        relike_share: 0.0,
+        relike_after_ms: 0,
+        seed: 45,
+        run_id: format!("ab{stamp}"),
+    });
+    let phase = |seconds: f64| Phase {
+        name: "ab".into(),
+        seconds,
+        rate: args.rate,
+        viral_share: args.viral_share,
+    };
+    // Warm-up of both, not reported: prepared statements, connections, the JVMs' JIT.
+    for t in &targets {
+        loadgen::drive(
+            t.clone(),
+            &mut mix,
+            &[phase(5.0)],
+            Arc::new(Live::default()),
+        )
+        .await;
+    }
+    let mut segments = Vec::new();
+    for round in 0..args.rounds {
+        let order = if round % 2 == 0 {
+            [0, 1, 1, 0]
+        } else {
+            [1, 0, 0, 1]
+        };
+        for which in order {
+            let live = Arc::new(Live::default());
+            let started = std::time::Instant::now();
+            loadgen::drive(
+                targets[which].clone(),
+                &mut mix,
+                &[phase(args.seconds)],
+                live.clone(),
+            )
+            .await;
+            let s = Summary::of(&live, started.elapsed());
+            let seg = Segment {
+                round,
+                build: ["baseline", "candidate"][which],
+                sent: s.sent,
+                ok: s.ok,
+                p50_ms: s.p50_ms,
+                p99_ms: s.p99_ms,
+            };
+            eprintln!("bench ab: {seg:?}");
+            segments.push(seg);
+        }
+    }
+    for mut api in apis {
+        stop(&mut api);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    crate::namespace::drop(&session, &settings, topology)
+        .await
+        .map_err(|e| anyhow!(format!("dropping the run's namespace: {e}")))?;
+    Ok(Report {
+        args: args.clone(),
+        segments,
+    })
+}
+
+impl Report {
+    fn of(&self, build: &str) -> impl Iterator<Item = &Segment> + '_ {
+        let build = build.to_string();
+        self.segments.iter().filter(move |s| s.build == build)
+    }
+
+    /// Per round, the candidate's mean of `f` over the baseline's.
+    fn ratios(&self, f: fn(&Segment) -> f64) -> Vec<f64> {
+        (0..self.args.rounds)
+            .map(|r| {
+                let mean = |b: &str| {
+                    let v: Vec<f64> = self.of(b).filter(|s| s.round == r).map(f).collect();
+                    v.iter().sum::<f64>() / v.len().max(1) as f64
+                };
+                mean("candidate") / mean("baseline")
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let a = &self.args;
+        writeln!(
+            f,
+            "bench ab: {:.0} writes/s, {} s segments, {} rounds (ABBA, then BAAB), {} items, {:.0} % viral; admission {}",
+            a.rate,
+            a.seconds,
+            a.rounds,
+            a.items,
+            a.viral_share * 100.0,
+            if a.no_admission { "off" } else { "as deployed" }
+        )?;
+        writeln!(f, "baseline:  {}", a.baseline.display())?;
+        if !a.candidate_env.is_empty() {
+            writeln!(f, "candidate's environment: {}", a.candidate_env.join(" "))?;
+        }
+        writeln!(
+            f,
+            "candidate: {}",
+            a.candidate
+                .as_ref()
+                .map_or("the likes beside likes-tools".into(), |p| p
+                    .display()
+                    .to_string())
+        )?;
+        writeln!(
+            f,
+            "\n| build | answered 2xx | p50 ms | p99 ms |\n|---|---|---|---|"
+        )?;
+        for b in ["baseline", "candidate"] {
+            let (sent, ok) = self.of(b).fold((0, 0), |(s, o), x| (s + x.sent, o + x.ok));
+            writeln!(
+                f,
+                "| {b} | {:.3} % | {} | {} |",
+                ok as f64 / sent.max(1) as f64 * 100.0,
+                fig(mmm(self.of(b).map(|s| s.p50_ms)), 1),
+                fig(mmm(self.of(b).map(|s| s.p99_ms)), 1)
+            )?;
+        }
+        write!(
+            f,
+            "\ncandidate / baseline, per round: p50 {}, p99 {}",
+            fig(mmm(self.ratios(|s| s.p50_ms).into_iter()), 2),
+            fig(mmm(self.ratios(|s| s.p99_ms).into_iter()), 2)
+        )
+    }
+}
