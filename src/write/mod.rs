@@ -513,7 +513,7 @@ impl Writer {
         for _attempt in 0..(2 * request_keys::KEPT) {
             // A fault test holds a write here, as a paused process (GC, VM pause, SIGSTOP)
             // would hold it between its start and its compare-and-set.
-            fail::fail_point!("api-before-cas");
+            crate::runtime::hold::point("api-before-cas").await;
             self.may_still_write(req)?;
             let keys = seen.as_ref().map(|r| &r.keys);
             if let Some(r) = keys.and_then(|k| request_keys::lookup(k, &req.key, req.now)) {
