@@ -7,22 +7,38 @@
 
 use likes::config::Settings;
 
+/// The name of every thread [`on_own_runtime`] makes.
+pub const HELD_JOB: &str = "held-job";
+
 /// Runs a job's future on a thread and runtime of its own (a fail point's sleep blocks its
 /// thread, and a job's futures are not all `Send` across spawns); the answer comes back
-/// through `spawn_blocking(|| handle.join())`.
+/// through `spawn_blocking(|| handle.join())`. Its threads are named [`HELD_JOB`], so a fail
+/// point's callback can act for this job alone ([`on_held_job`]).
 pub fn on_own_runtime<F, T>(job: impl FnOnce() -> F + Send + 'static) -> std::thread::JoinHandle<T>
 where
     F: std::future::Future<Output = T>,
     T: Send + 'static,
 {
-    std::thread::spawn(move || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(job())
-    })
+    std::thread::Builder::new()
+        .name(HELD_JOB.into())
+        .spawn(move || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name(HELD_JOB)
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(job())
+        })
+        .unwrap()
+}
+
+/// Whether this thread is a job's of [`on_own_runtime`]. Fail points are global to the test
+/// binary: a callback that holds a job must let pass the same point reached by another test's
+/// job running in-process beside it (a foreign recount took the hold and the flips meant for
+/// the held job's cut, which then settled an item that should have stayed in flight).
+pub fn on_held_job() -> bool {
+    std::thread::current().name() == Some(HELD_JOB)
 }
 
 pub use likes_support::names::unique;
