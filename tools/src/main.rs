@@ -47,7 +47,7 @@ enum Command {
         /// Steady requests a second (the burst doubles it). The default is what a 2-core box
         /// running Kafka, Cassandra and every stage besides sustains within the design's SLOs
         /// (docs/performance.md, "The demo's load"); raise it on a bigger one.
-        #[arg(long, default_value_t = 50.0)]
+        #[arg(long, default_value_t = 30.0)]
         rate: f64,
     },
     /// Fault runs (`make chaos`): api, relay and both stages as processes under load through
