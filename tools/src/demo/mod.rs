@@ -129,20 +129,19 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
         seed: likes::runtime::clock::now_ms() as u64,
         run_id: format!("demo{}", likes::runtime::clock::now_ms()),
     });
+    say(&format!(
+        "demo: load {rate:.0} requests/s steady, {:.0}/s in the viral burst, for {seconds} s (--rate); a {} build",
+        rate * 2.0,
+        if cfg!(debug_assertions) {
+            "debug (make demo's; users deploy a release build)"
+        } else {
+            "release"
+        }
+    ));
     // On a fresh machine Cassandra's and Kafka's JVMs are cold: the first run's live view
     // showed p50 300 ms / p99 1 s against 6 / 80 ms on the second (issue 26). A warm-up at
     // the demo's rate, neither shown nor measured (its likes are counted and checked like the
     // rest), so the view shows the system as it runs rather than as its JVMs compile.
-    say(&format!(
-        "demo: load {rate:.0} requests/s steady, {:.0}/s in the viral burst, for {seconds} s; a {} build ({})",
-        rate * 2.0,
-        if cfg!(debug_assertions) { "debug" } else { "release" },
-        if cfg!(debug_assertions) {
-            "`make demo`; `make demo-release` runs the optimized build users deploy"
-        } else {
-            "as users deploy it"
-        }
-    ));
     say(&format!(
         "demo: warming up for {WARMUP_SECONDS} s at {rate:.0} requests/s (not shown or measured)"
     ));
