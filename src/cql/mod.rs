@@ -60,8 +60,8 @@ pub async fn connect(settings: &CqlSettings) -> Result<Arc<Session>> {
 }
 
 /// Connections to each shard of each node (Cassandra: one shard per node). One connection
-/// multiplexes many requests, but its frames are read and written by one task each, so a pod
-/// writing hundreds a second queues behind it (issue 45: the write path's tail).
+/// multiplexes many requests; more spread a busy pod over several sockets, but on the 2-core
+/// box four made the write tail 2.3x worse (docs/performance.md, "Side by side"): 1 by default.
 fn pool_size(settings: &CqlSettings) -> scylla::client::PoolSize {
     let n = std::num::NonZeroUsize::new(settings.connections_per_shard.max(1)).expect("max(1)");
     scylla::client::PoolSize::PerShard(n)

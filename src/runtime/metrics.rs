@@ -208,7 +208,7 @@ pub const STALENESS_BUCKETS: &[f64] = &[
 /// every stage of `health` is live, 503 with the reason once one has stalled. Must be called
 /// inside a Tokio runtime.
 pub async fn install(addr: SocketAddr, health: Vec<Health>) -> Result<()> {
-    let handle = PrometheusBuilder::new()
+    let mut builder = PrometheusBuilder::new()
         .set_buckets(&[
             0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5,
             2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 30.0,
@@ -217,18 +217,17 @@ pub async fn install(addr: SocketAddr, health: Vec<Health>) -> Result<()> {
     // Staleness and its parts span sub-second to minutes: a backlog's staleness must read as
     // what it is (the shared buckets' 10 -> 30 -> +Inf made "30" a cap and anything from 10 to
     // 30 s one bucket: issue 45).
-    let mut handle = handle;
     for name in [
         STALENESS_SECONDS,
         INPUT_DELAY_SECONDS,
         WINDOW_CLOSED_SECONDS,
         EVENT_DELAY_SECONDS,
     ] {
-        handle = handle
+        builder = builder
             .set_buckets_for_metric(Matcher::Full(name.to_string()), STALENESS_BUCKETS)
             .map_err(|e| Error::Config(format!("metrics: {e}")))?;
     }
-    let handle = handle
+    let handle = builder
         .install_recorder()
         .map_err(|e| Error::Config(format!("metrics on {addr}: {e}")))?;
     describe();

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 mod slo;
 
-use crate::bench::scrape::{buckets, diff, quantile, scrape};
+use crate::bench::scrape::{buckets, quantile, scrape};
 use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target, VIRAL_ITEM};
 use crate::procs::{spawn, Proc};
 use anyhow::{anyhow, Result};
@@ -356,7 +356,12 @@ impl Watch<'_> {
                 };
             let top = top_items(self.live, 5);
             let rows = read_counts(self.counts, self.topology, &top).await;
+            // One scrape of the sink's staleness a frame, for the view and the verdict.
+            let staleness = buckets(&scrape(COUNT_METRICS), m::STALENESS_SECONDS);
+            let in_kill = killed.is_some() && t < self.sc.restart_at + slo::RECOVERY;
+            self.staleness.observe(staleness.clone(), in_kill);
             let mut text = view.render(
+                &staleness,
                 t,
                 self.sc.seconds,
                 &phase,
@@ -368,11 +373,6 @@ impl Watch<'_> {
             if let Some(line) = self.erasure.status().await {
                 text = text.trim_end().to_string() + "\n" + &line + "\n\n";
             }
-            let in_kill = killed.is_some() && t < self.sc.restart_at + slo::RECOVERY;
-            self.staleness.observe(
-                buckets(&scrape(COUNT_METRICS), m::STALENESS_SECONDS),
-                in_kill,
-            );
             frame += 1;
             if tty {
                 print!("\x1b[H\x1b[2J{text}");
@@ -554,6 +554,7 @@ impl View {
     #[allow(clippy::too_many_arguments)]
     fn render(
         &mut self,
+        staleness: &[(f64, f64)],
         t: Duration,
         total: f64,
         phase: &str,
@@ -576,20 +577,12 @@ impl View {
         let events = dedupe.get(m::EVENTS_IN).copied().unwrap_or(0.0);
         let ev_rate = (events - self.last_events).max(0.0) / dt;
         self.last_events = events;
-        let count = scrape(COUNT_METRICS);
-        let b = buckets(&count, m::STALENESS_SECONDS);
-        self.staleness.push(b.clone());
+        self.staleness.push(staleness.to_vec());
         if self.staleness.len() > 6 {
             self.staleness.remove(0);
         }
-        // Over the last 5 s; a restarted stage starts its histogram from zero.
-        let first = &self.staleness[0];
-        let recent: Vec<(f64, f64)> =
-            if first.len() == b.len() && first.iter().zip(&b).all(|(x, y)| y.1 >= x.1) {
-                diff(&b, first)
-            } else {
-                b
-            };
+        // Over the last 5 s.
+        let recent = slo::since(staleness, &self.staleness[0]);
         let (p50, p99) = (quantile(&recent, 0.5), quantile(&recent, 0.99));
         let lat = live.latency_us.lock().unwrap();
         let mut out = format!(

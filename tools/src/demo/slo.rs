@@ -37,13 +37,7 @@ impl Staleness {
             // The stage is down (or not yet serving): nothing observed.
             return;
         }
-        let same_process =
-            self.last.len() == now.len() && self.last.iter().zip(&now).all(|(a, b)| b.1 >= a.1);
-        let delta = if same_process {
-            diff(&now, &self.last)
-        } else {
-            now.clone()
-        };
+        let delta = since(&now, &self.last);
         add(
             if in_kill {
                 &mut self.kill
@@ -53,6 +47,17 @@ impl Staleness {
             &delta,
         );
         self.last = now;
+    }
+}
+
+/// The samples a cumulative histogram gained from `before` to `now`: all of `now` when it
+/// went down (a restarted stage starts its histogram again from zero).
+pub fn since(now: &[(f64, f64)], before: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let same_process = before.len() == now.len() && before.iter().zip(now).all(|(a, b)| b.1 >= a.1);
+    if same_process {
+        diff(now, before)
+    } else {
+        now.to_vec()
     }
 }
 
