@@ -17,7 +17,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: hostile rocksdb bench-rocksdb bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import
+.PHONY: hostile rocksdb bench-rocksdb bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import bench-sweep
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -76,6 +76,12 @@ bench-api: up ## The API's capacity (p99 < 150 ms) and latency against a bare LW
 	@stack/rocksdb.sh
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench api
+
+bench-sweep: up ## Offered load through the whole system as deployed, 1/4x to 4x the API's capacity, goals per level -> bench/sweep.md (~15 min)
+	@stack/prereqs.sh stack build bench
+	@stack/rocksdb.sh
+	$(CARGO) build --release --workspace --bins
+	$(CARGO_TARGET_DIR)/release/likes-tools bench sweep $(SWEEP_ARGS)
 
 bench-import: up ## likes import of a 10M-row file against bare inserts into the same table; peak memory (BENCH_ROWS=10000000)
 	@stack/prereqs.sh stack build

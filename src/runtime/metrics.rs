@@ -103,6 +103,9 @@ pub const API_WRITE_LIMIT: &str = "likes_api_write_limit";
 pub const API_ADMITTED_WRITE_SECONDS: &str = "likes_api_admitted_write_seconds";
 /// API: writes refused at admission (label `reason`: rate, in_flight).
 pub const API_SHED: &str = "likes_api_writes_shed_total";
+/// API: applied flips whose event the broker did not acknowledge within `api.publish_wait`
+/// (label `reason`: timeout, error), answered anyway and left to the relay.
+pub const API_PUBLISHES_DEFERRED: &str = "likes_api_publishes_deferred_total";
 /// Relay: events published for flips whose produce failed.
 pub const RELAY_PUBLISHED: &str = "likes_relay_published_total";
 /// Relay: passes over the outbox (label `outcome`: ok, error).
@@ -279,6 +282,10 @@ fn describe() {
         "Valid LikeEvents read by stage 1, by client platform"
     );
     describe_counter!(API_SHED, "API writes refused at admission (429/503)");
+    describe_counter!(
+        API_PUBLISHES_DEFERRED,
+        "API flips answered without the broker's ack in time, their events left to the relay"
+    );
     metrics::describe_gauge!(
         API_WRITE_LIMIT,
         "the adaptive limit on API writes in flight: down when admitted writes' p99 passes api.write_latency_target, up while under it and reached"

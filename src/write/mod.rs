@@ -178,7 +178,7 @@ impl Writer {
             metrics::counter!("likes_api_writes_refused_total", "reason" => reason).increment(0);
         }
         for reason in ["timeout", "error"] {
-            metrics::counter!("likes_api_publishes_deferred_total", "reason" => reason)
+            metrics::counter!(crate::runtime::metrics::API_PUBLISHES_DEFERRED, "reason" => reason)
                 .increment(0);
         }
         let writer = Self {
@@ -413,7 +413,7 @@ impl Writer {
                 match deferred {
                     None => self.clears.clear((shard, minute), item, user, &entry),
                     Some((reason, why)) => {
-                        metrics::counter!("likes_api_publishes_deferred_total", "reason" => reason)
+                        metrics::counter!(crate::runtime::metrics::API_PUBLISHES_DEFERRED, "reason" => reason)
                             .increment(1);
                         tracing::debug!(%item, %user, op_id = edge.op_id, %why, "event left to the relay");
                     }

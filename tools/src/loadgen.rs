@@ -388,6 +388,9 @@ pub struct Live {
     pub failed: AtomicU64,
     pub failures: Mutex<BTreeMap<String, u64>>,
     pub latency_us: Mutex<Histogram<u64>>,
+    /// Of the requests shed (429 or 503), from the scheduled send to the answer: shedding is
+    /// meant to be fast (the design's goal: p99 < 5 ms).
+    pub shed_us: Mutex<Histogram<u64>>,
     /// Acknowledged likes minus unlikes per item (first sends only; retries excluded).
     pub net_by_item: Mutex<HashMap<String, i64>>,
     /// Per edge (item, user), when set: what the client knows of it (`likes-tools chaos` checks
@@ -472,6 +475,11 @@ impl Live {
     }
 }
 
+/// 1 µs to 2 min, 3 significant digits.
+fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 120_000_000, 3).expect("valid histogram bounds")
+}
+
 impl Default for Live {
     fn default() -> Self {
         Live {
@@ -479,9 +487,8 @@ impl Default for Live {
             ok: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             failures: Mutex::new(BTreeMap::new()),
-            latency_us: Mutex::new(
-                Histogram::new_with_bounds(1, 120_000_000, 3).expect("valid histogram bounds"),
-            ),
+            latency_us: Mutex::new(latency_histogram()),
+            shed_us: Mutex::new(latency_histogram()),
             net_by_item: Mutex::new(HashMap::new()),
             edges: None,
             t0: Instant::now(),
@@ -598,7 +605,13 @@ pub async fn drive(target: Arc<Target>, mix: &mut Mix, phases: &[Phase], live: A
                                 if op.like { 1 } else { -1 };
                         }
                     }
-                    Err(why) => live.fail(why),
+                    Err(why) => {
+                        if why.starts_with("429") || why.starts_with("503") {
+                            let us = due.elapsed().as_micros() as u64;
+                            live.shed_us.lock().unwrap().saturating_record(us.max(1));
+                        }
+                        live.fail(why)
+                    }
                 }
             });
         }

@@ -84,6 +84,10 @@ enum BenchCommand {
     /// Every benchmark plus a sweep of offered load through the whole system, written to
     /// <out>/report.md with PNG plots (`make bench`).
     Report(bench::report::ReportArgs),
+    /// Offered load through the whole system as deployed (admission on), ¼× to 4× the API's
+    /// capacity, each level until the pipeline has applied it; rows and goals per level,
+    /// written to <out>/sweep.md with plots (`make bench-sweep`).
+    Sweep(bench::sweep::SweepArgs),
     /// Events through dedupe + count + sink vs a plain consumer; staleness; peak RSS.
     Topology(bench::topology::BenchArgs),
     /// The API past its capacity: 2× and 4× offered open loop under the adaptive limit;
@@ -175,6 +179,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 out(&bench::import::run(&settings, &topology, &args)
                     .await?
                     .to_string());
+            }
+            Command::Bench {
+                what: BenchCommand::Sweep(args),
+            } => {
+                let report = bench::sweep::run(&settings, &topology, &args).await?;
+                let path = report.write(&args.out)?;
+                out(&format!(
+                    "{}\nbench sweep: written to {}",
+                    report.table(),
+                    path.display()
+                ));
             }
             Command::Bench {
                 what: BenchCommand::Report(args),

@@ -9,8 +9,9 @@
 //!   ([`slowdown`]).
 //! - [`restore`]: stage 1's restore of a large changelog against a bare read of it.
 //! - [`import`]: `likes import` of a large file against bare inserts of the same rows.
-//! - [`report`]: all of them plus a sweep of offered load, written to `bench/report.md`
-//!   with [`plots`].
+//! - [`sweep`]: offered load through the whole system as deployed, ¼× to 4× capacity, each
+//!   level until the pipeline has applied it, with the design's goals per level.
+//! - [`report`]: all of them, written to `bench/report.md` with [`plots`].
 
 pub mod ab;
 pub mod api;
@@ -27,4 +28,5 @@ pub mod restore;
 pub mod scrape;
 pub mod slowdown;
 pub mod stats;
+pub mod sweep;
 pub mod topology;

@@ -34,7 +34,7 @@ use likes::config::Settings;
 use likes::runtime::metrics as m;
 use likes::topology::Topology;
 
-const API_METRICS_PORT: u16 = 19482;
+pub(super) const API_METRICS_PORT: u16 = 19482;
 const SLO_P99_MS: f64 = 150.0;
 
 /// Knobs of `likes-tools bench overload`.
@@ -182,7 +182,7 @@ impl Client {
     }
 
     /// Count reads at `rate` until `stop`; returns their latencies (errors count as 30 s).
-    async fn reads(&self, rate: f64, stop: Arc<AtomicU64>) -> Vec<f64> {
+    pub(super) async fn reads(&self, rate: f64, stop: Arc<AtomicU64>) -> Vec<f64> {
         let started = Instant::now();
         let token = self.signer.sign("reader", self.expires);
         let mut tasks = Vec::new();
@@ -213,7 +213,7 @@ impl Client {
     }
 
     /// Reads alone for `seconds`.
-    async fn reads_for(&self, rate: f64, seconds: u64) -> Vec<f64> {
+    pub(super) async fn reads_for(&self, rate: f64, seconds: u64) -> Vec<f64> {
         let stop = Arc::new(AtomicU64::new(0));
         let s = stop.clone();
         tokio::spawn(async move {
@@ -226,7 +226,7 @@ impl Client {
 
 /// `likes api` with the write path's own bound (4,096 in flight, the adaptive limit off), or
 /// with the product's admission.
-fn spawn(settings: &Settings, dir: &std::path::Path, adaptive: bool) -> Result<Proc> {
+pub(super) fn spawn(settings: &Settings, dir: &std::path::Path, adaptive: bool) -> Result<Proc> {
     let mut settings = settings.clone();
     // The figures of 12-02 (docs/performance.md) were taken at a 100 ms target, before the
     // default became the SLO's 150 ms.
@@ -377,7 +377,7 @@ pub async fn run(
 
 /// The highest rate sustained within the SLO: up by half until a step fails, then one
 /// bisection step (a failed first step halves the rate, down to 25 writes/s).
-async fn capacity(client: &Client, tag: &str, step_seconds: u64) -> f64 {
+pub(super) async fn capacity(client: &Client, tag: &str, step_seconds: u64) -> f64 {
     let sustained = |s: &mut Seen, rate: f64| {
         let done = s.ok.len() as f64;
         p99(&mut s.ok) < SLO_P99_MS

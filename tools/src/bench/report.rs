@@ -6,28 +6,23 @@
 //! 2. The API benchmark (`bench api`), its rounds: the API's capacity within the SLO against a
 //!    bare LWT loop's, and both (with the write path in process) at half the API's capacity.
 //! 3. `likes import` of a 10M-row file against bare inserts of the same rows (`bench import`).
-//! 4. A sweep of offered load through the whole system: `likes api`, `likes dedupe` and
-//!    `likes count` as processes, `likes-tools loadgen`'s mix over HTTP at 25–125% of `--peak`,
-//!    each level repeated and interleaved: achieved rate, latency, staleness at the sink.
+//! 4. The sweep of offered load through the whole system ([`super::sweep`]): the API with its
+//!    own admission and both stages, ¼× to 4× the API's capacity, each level until the pipeline
+//!    has applied all of it, with the design's goals judged per level.
 //!
 //! Every figure is the median of its repeats, with min–max beside it.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::api::{self as bench_api, ApiBenchArgs, ApiBenchReport};
 use super::overload::{OverloadArgs, OverloadReport};
-use super::scrape::{buckets, diff, quantile, scrape};
 use super::stats::{fig, mmm, Goal};
-use super::topology::{self as bench, spawn_stage, BenchArgs, BenchReport};
-use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
-use crate::procs::stop;
+use super::topology::{self as bench, BenchArgs, BenchReport};
 use anyhow::{anyhow, Result};
 use likes::config::Settings;
 use likes::cql;
-use likes::runtime::metrics as m;
 use likes::topology::Topology;
 
 /// Knobs of `likes-tools bench report` (`make bench`).
@@ -42,47 +37,19 @@ pub struct ReportArgs {
     /// Events of each topology run.
     #[arg(long, default_value_t = 1_000_000)]
     pub events: u64,
-    /// Writes/s taken as 100% in the sweep.
-    #[arg(long, default_value_t = 1000.0)]
-    pub peak: f64,
     /// Seconds per level of the sweep.
-    #[arg(long, default_value_t = 15.0)]
+    #[arg(long, default_value_t = 20.0)]
     pub level_seconds: f64,
 }
 
 impl ReportArgs {
     pub fn check(&self) -> Result<()> {
         let positive = |v: f64| !v.is_nan() && v > 0.0;
-        if self.repeats == 0
-            || self.events == 0
-            || !positive(self.peak)
-            || !positive(self.level_seconds)
-        {
-            anyhow::bail!("--repeats, --events, --peak and --level-seconds must be above 0");
+        if self.repeats == 0 || self.events == 0 || !positive(self.level_seconds) {
+            anyhow::bail!("--repeats, --events and --level-seconds must be above 0");
         }
         Ok(())
     }
-}
-
-/// Offered load of the sweep, as shares of `--peak`.
-const LEVELS: [f64; 5] = [0.25, 0.5, 0.75, 1.0, 1.25];
-const COUNT_PORT: u16 = 19566;
-const DEDUPE_PORT: u16 = 19565;
-
-/// One level of the sweep, one repeat.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct LevelRun {
-    pub offered_per_s: f64,
-    pub achieved_per_s: f64,
-    pub failed: u64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub staleness_p50_s: f64,
-    pub staleness_p99_s: f64,
-    pub failures: std::collections::BTreeMap<String, u64>,
-    /// (latency ms, cumulative share) for the CDF plot.
-    #[serde(skip)]
-    pub cdf: Vec<(f64, f64)>,
 }
 
 pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) -> Result<PathBuf> {
@@ -187,136 +154,33 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
     )
     .await?;
     eprintln!("bench report: 3/3 sweep of offered load through the whole system");
-    let sweep = sweep(settings, topology, args).await?;
+    let sweep = super::sweep::run(
+        settings,
+        topology,
+        &super::sweep::SweepArgs {
+            capacity: None,
+            factors: vec![0.25, 0.5, 1.0, 2.0, 4.0],
+            level_seconds: args.level_seconds,
+            repeats: args.repeats,
+            read_rate: 50.0,
+            catch_up_timeout: 300,
+            out: args.out.clone(),
+        },
+    )
+    .await?;
 
     let machine = machine(settings).await;
     let md = render(
         &machine, args, &topo, &short, &api, &overload, &import, &sweep,
     );
-    super::plots::plots(&args.out, &sweep)?;
+    super::plots::sweep_plots(&args.out, &sweep.levels)?;
     super::plots::overload_plot(&args.out.join("overload.png"), &overload)?;
     let path = args.out.join("report.md");
     std::fs::write(&path, md)?;
     Ok(path)
 }
 
-/// The sweep: the three processes on their own namespace, loadgen over HTTP at each level.
-async fn sweep(
-    base: &Settings,
-    topology: &Topology,
-    args: &ReportArgs,
-) -> Result<Vec<Vec<LevelRun>>> {
-    let stamp = likes::runtime::clock::now_ms();
-    let mut settings = base.clone();
-    settings.kafka.topic_prefix = format!("sweep{stamp}.");
-    settings.cql.keyspace = format!("sweep_{stamp}");
-    settings.dedupe.instance_id = format!("sweep{stamp}");
-    settings.api.session_key = format!("sweep-session-key-{stamp:0>20}");
-    settings.api.listen = "127.0.0.1:19481".into();
-    // The sweep measures capacity, so the API admits everything the generator offers.
-    settings.api.max_writes_in_flight = 20_000;
-    settings.api.write_latency_target = std::time::Duration::ZERO;
-    settings.api.max_writes_per_s = 0.0;
-    settings.api.max_writes_per_user_per_s = 0.0;
-    let dir = std::env::temp_dir().join(format!("likes-sweep-{stamp}"));
-    settings.dedupe.state_dir = dir.join("state");
-    crate::namespace::write_topology(&dir, topology)?;
-    let (session, _) = crate::namespace::create(&settings, topology, true).await?;
-    let mut dedupe = spawn_stage("dedupe", &settings, DEDUPE_PORT, &dir)?;
-    let mut count = spawn_stage("count", &settings, COUNT_PORT, &dir)?;
-    let mut api = bench_api::spawn_api(&settings, &dir)?;
-    let url = format!("http://{}", settings.api.listen);
-    bench_api::wait_ready(&reqwest::Client::new(), &url).await?;
-    let target = Arc::new(Target::http(&settings, &url)?);
-    let mut mix = Mix::new(MixArgs {
-        items: 10_000,
-        viral_share: 0.05,
-        unlike_share: 0.1,
-        retry_share: 0.05,
-        relike_share: 0.0,
-        relike_after_ms: 0,
-        seed: 42,
-        run_id: format!("sw{stamp}"),
-    });
-
-    // Warm-up, not measured: connections, the JIT, the first windows.
-    let warm = Arc::new(Live::default());
-    loadgen::drive(
-        target.clone(),
-        &mut mix,
-        &[phase(args.peak * 0.25, 5.0)],
-        warm,
-    )
-    .await;
-
-    let mut runs: Vec<Vec<LevelRun>> = vec![Vec::new(); LEVELS.len()];
-    for rep in 0..args.repeats {
-        for (k, share) in LEVELS.iter().enumerate() {
-            let rate = args.peak * share;
-            let before = buckets(&scrape(COUNT_PORT), m::STALENESS_SECONDS);
-            let live = Arc::new(Live::default());
-            let started = Instant::now();
-            loadgen::drive(
-                target.clone(),
-                &mut mix,
-                &[phase(rate, args.level_seconds)],
-                live.clone(),
-            )
-            .await;
-            let summary = loadgen::Summary::of(&live, started.elapsed());
-            // Windows of the level's last events close and reach the sink.
-            tokio::time::sleep(Duration::from_secs(4)).await;
-            let after = buckets(&scrape(COUNT_PORT), m::STALENESS_SECONDS);
-            let level = diff(&after, &before);
-            let cdf = {
-                let h = live.latency_us.lock().unwrap();
-                (0..=200)
-                    .map(|i| {
-                        let q = i as f64 / 200.0;
-                        (h.value_at_quantile(q) as f64 / 1000.0, q)
-                    })
-                    .collect()
-            };
-            let run = LevelRun {
-                offered_per_s: rate,
-                achieved_per_s: summary.ok as f64 / args.level_seconds,
-                failed: summary.failed,
-                p50_ms: summary.p50_ms,
-                p99_ms: summary.p99_ms,
-                staleness_p50_s: quantile(&level, 0.5),
-                staleness_p99_s: quantile(&level, 0.99),
-                failures: summary.failures.clone(),
-                cdf,
-            };
-            eprintln!(
-                "bench report: sweep {}/{} at {rate:.0}/s: {:.0}/s achieved, p99 {:.1} ms, staleness p99 {:.2} s",
-                rep + 1,
-                args.repeats,
-                run.achieved_per_s,
-                run.p99_ms,
-                run.staleness_p99_s
-            );
-            runs[k].push(run);
-        }
-    }
-    stop(&mut api);
-    stop(&mut count);
-    stop(&mut dedupe);
-    crate::namespace::drop(&session, &settings, topology).await?;
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(runs)
-}
-
-fn phase(rate: f64, seconds: f64) -> Phase {
-    Phase {
-        name: "level".into(),
-        seconds,
-        rate,
-        viral_share: 0.05,
-    }
-}
-
-/// Median and (min, max) of a figure over repeats.
+/// Where the report ran.
 struct Machine {
     cpu: String,
     cores: usize,
@@ -385,7 +249,7 @@ fn render(
     api: &ApiBenchReport,
     overload: &OverloadReport,
     import: &super::import::ImportBenchReport,
-    sweep: &[Vec<LevelRun>],
+    sweep: &super::sweep::SweepReport,
 ) -> String {
     let mut s = String::new();
     let t = |f: fn(&BenchReport) -> f64| mmm(topo.iter().map(f));
@@ -611,47 +475,16 @@ fn render(
 
     let _ = writeln!(
         s,
-        "## Sweep of offered load through the whole system\n\n`likes api` + `likes dedupe` + \
-         `likes count`, `likes-tools loadgen`'s mix over HTTP for {:.0} s per level (5% viral, 10% \
-         unlikes, 5% keyed retries), levels interleaved. Latency counts from the scheduled send; \
-         staleness is sink time minus event time.\n",
-        args.level_seconds
+        "## Sweep of offered load through the whole system, {} repeats\n\n{}",
+        sweep.orders.len(),
+        sweep.table()
     );
     let _ = writeln!(
         s,
-        "| offered/s | achieved/s | failed | latency p50 ms | latency p99 ms | staleness p50 s | staleness p99 s |\n|---|---|---|---|---|---|---|"
-    );
-    for runs in sweep {
-        let g = |f: fn(&LevelRun) -> f64| mmm(runs.iter().map(f));
-        let _ = writeln!(
-            s,
-            "| {:.0} | {} | {:.0} | {} | {} | {} | {} |",
-            runs.first().map(|r| r.offered_per_s).unwrap_or(f64::NAN),
-            fig(g(|r| r.achieved_per_s), 0),
-            g(|r| r.failed as f64).0,
-            fig(g(|r| r.p50_ms), 1),
-            fig(g(|r| r.p99_ms), 1),
-            fig(g(|r| r.staleness_p50_s), 2),
-            fig(g(|r| r.staleness_p99_s), 2),
-        );
-    }
-    let mut failures = std::collections::BTreeMap::<String, u64>::new();
-    for run in sweep.iter().flatten() {
-        for (why, n) in &run.failures {
-            *failures.entry(why.clone()).or_insert(0) += n;
-        }
-    }
-    if !failures.is_empty() {
-        let list: Vec<String> = failures.iter().map(|(w, n)| format!("{n} × {w}")).collect();
-        let _ = writeln!(
-            s,
-            "\nFailed requests over every level and repeat, by reason: {}.",
-            list.join("; ")
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\n![throughput](throughput.png)\n![staleness](staleness.png)\n![latency CDF](latency-cdf.png)\n"
+        "![staleness against offered load](sweep-staleness.png)\n\
+         ![admitted writes' p99 against offered load](sweep-latency.png)\n\
+         ![admitted against offered](sweep-throughput.png)\n\
+         ![latency CDF](sweep-latency-cdf.png)\n"
     );
     s
 }
