@@ -89,6 +89,46 @@ async fn crashes_at_the_narrow_moments_never_change_the_counts() {
     fx::teardown(&settings, &topology).await;
 }
 
+/// Issue 45, item 4: a conditional batch whose answer is lost (as a timeout loses it, after
+/// the batch applied) is sent again in place. The fence makes the resend safe: it meets the
+/// row its first send wrote and its windows bounce off. Before, the error started stage 2 over
+/// from its last commit, after a 1-10 s backoff, once per lost answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_answer_is_sent_again_in_place_not_by_a_restart() {
+    let procs::Harness {
+        settings,
+        topology,
+        dir,
+        audit,
+        mut dedupe,
+        mut count,
+        ..
+    } = procs::harness("resend").await;
+    let script = fx::script(6, 20, 40, 5);
+    let want = fx::nonzero(&script.truth);
+    dedupe.start();
+    count.start_with(&[("FAILPOINTS", "count-sink-answer-lost=3*return")]);
+    fx::produce(&settings, &topology, &script.records).await;
+    let have = procs::drain(&mut dedupe, &mut count, &settings, &want).await;
+    assert_eq!(have, want, "counts must equal the ground truth");
+    procs::assert_audit(&audit, &want);
+    let log = std::fs::read_to_string(dir.join("count.log")).unwrap();
+    assert!(
+        !log.contains("starting it over"),
+        "a lost answer must not restart the stage; log:\n{}",
+        count.tail()
+    );
+    assert_eq!(
+        log.matches("conditional batch unanswered; sending it again")
+            .count(),
+        3,
+        "each of the three lost answers is resent once; log:\n{}",
+        count.tail()
+    );
+    assert_eq!(count.starts, 1);
+    fx::teardown(&settings, &topology).await;
+}
+
 /// Issue 23, item 4: a window change after stage 2 died between its counter writes and its
 /// offset commit. The windows it applied were cut on the old grid; the next process re-reads
 /// their records, and a window of the new length that straddles an applied one would add

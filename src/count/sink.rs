@@ -242,6 +242,7 @@ impl Sink {
     }
 
     async fn apply_chunk(&self, shard: i32, jobs: &mut [Job], out: &mut Outcome) -> Result<()> {
+        let mut resends = 0;
         for _attempt in 0..20 {
             // Checked on each attempt, right before its batch: the lease that lets this write
             // start is the one a move waits out (docs/multi-region.md, "Where the epoch
@@ -273,7 +274,24 @@ impl Sink {
             // The audit trail records the batch before it is sent and its outcome after, so
             // a kill while it is in flight leaves it "unknown" rather than lost (see `audit`).
             let audited = self.audit_planned(shard, jobs, &planned)?;
-            let outcome = Fence::send(&self.session, &batch, values).await?;
+            let outcome = match lose_answer(Fence::send(&self.session, &batch, values).await) {
+                Ok(outcome) => outcome,
+                // The batch's answer is lost: it applied or not, nobody knows. Sending it again
+                // tells, since the fence conditions it on the row as this batch found it: had
+                // it applied, the resend meets the row it wrote, misses, and its windows bounce
+                // off the fence below. So a timed-out write is retried here, in place, rather
+                // than restarting the stage from its last commit, which costs a restart backoff
+                // (1-10 s) and re-reads every window since (docs/architecture.md, stage 2).
+                // Its audit record stays without a verdict, like a batch cut off by a kill.
+                Err(e) if e.is_retryable() && resends < MAX_RESENDS => {
+                    resends += 1;
+                    metrics::counter!(m::SINK_RESENDS).increment(1);
+                    warn!(shard, resends, error = %e, "conditional batch unanswered; sending it again");
+                    tokio::time::sleep(RESEND_BACKOFF * resends).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if let Some(id) = audited {
                 let verdict = if outcome.is_none() { "A" } else { "F" };
                 self.audit(&format!("{verdict}\t{id}\n"))?;
@@ -324,6 +342,21 @@ impl Sink {
             "like_counts shard {shard}: conditional batch kept failing"
         )))
     }
+}
+
+/// Resends of one chunk's unanswered batch before the stage gives up and starts over.
+const MAX_RESENDS: u32 = 5;
+/// The wait before the n-th resend is n times this.
+const RESEND_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Fault-test hook (`count-sink-answer-lost`): the batch was sent, and applied or not, and its
+/// answer is lost as a timeout loses it.
+fn lose_answer<T>(sent: Result<T>) -> Result<T> {
+    fail::fail_point!("count-sink-answer-lost", |_| Err(Error::Timeout(
+        Duration::ZERO,
+        "injected: the conditional batch's answer was lost".into()
+    )));
+    sent
 }
 
 /// The write of every job not yet done: the sum of its windows above the row's last_window.

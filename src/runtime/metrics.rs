@@ -55,6 +55,9 @@ pub const FENCE_SKIPS: &str = "likes_count_fence_skips_total";
 pub const SINK_LWTS: &str = "likes_count_lwts_total";
 /// Stage 2: compare-and-set misses retried.
 pub const CAS_RETRIES: &str = "likes_count_cas_retries_total";
+/// Stage 2: conditional batches whose answer was lost (a timeout, a connection dropped) and
+/// were sent again in place: the fence makes the retry safe, so the stage does not restart.
+pub const SINK_RESENDS: &str = "likes_count_unanswered_batches_resent_total";
 /// Stage 2: writes that left a count below zero (kept as the true sum, served as 0; alert).
 pub const CLAMPS: &str = "likes_count_clamps_total";
 /// Stage 2: reconcile corrections decided at the correction fence (label `outcome`: applied,
@@ -370,6 +373,10 @@ fn describe() {
     );
     describe_counter!(SINK_LWTS, "conditional writes to like_counts");
     describe_counter!(CAS_RETRIES, "compare-and-set misses retried");
+    describe_counter!(
+        SINK_RESENDS,
+        "conditional batches whose answer was lost, sent again in place"
+    );
     describe_counter!(
         CLAMPS,
         "counter writes that left a count below zero (the row keeps the true sum, reads serve 0); alert on any"

@@ -31,7 +31,7 @@ use anyhow::{anyhow, Result};
 use serde::Serialize;
 
 use super::overload::{self, Client, API_METRICS_PORT};
-use super::scrape::{buckets, diff, quantile, scrape};
+use super::scrape::{buckets, cpu_seconds, diff, quantile, scrape};
 use super::stats::{fig, mmm, Goal};
 use super::topology::spawn_stage;
 use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
@@ -128,6 +128,9 @@ pub struct LevelRun {
     pub catch_up_s: f64,
     /// The adaptive write limit at the level's end.
     pub limit_at_end: f64,
+    /// Cores each process used while the level's load ran, by name: where the box's two
+    /// cores went (the load generator is this process, on the same cores).
+    pub cores: BTreeMap<String, f64>,
     /// (latency ms, cumulative share) of the admitted writes, for the CDF plot.
     #[serde(skip)]
     pub cdf: Vec<(f64, f64)>,
@@ -239,7 +242,14 @@ async fn sweep(
         signer: Arc::new(Signer::new(settings.api.session_key.as_bytes())),
         expires: stamp / 1000 + 6 * 3600,
     };
-    let result = levels(settings, topology, args, dir, stamp, &client).await;
+    let mut pids = vec![
+        ("load generator", std::process::id()),
+        ("dedupe", dedupe.child.id()),
+        ("count", count.child.id()),
+    ];
+    pids.extend(super::api::cassandra_pid().map(|p| ("cassandra", p)));
+    pids.extend(kafka_pid().map(|p| ("kafka", p)));
+    let result = levels(settings, topology, args, dir, stamp, &client, pids).await;
     stop(&mut count);
     stop(&mut dedupe);
     result
@@ -252,6 +262,7 @@ async fn levels(
     dir: &Path,
     stamp: i64,
     client: &Client,
+    mut pids: Vec<(&'static str, u32)>,
 ) -> Result<SweepReport> {
     let (capacity, searched) = match args.capacity {
         Some(c) => (c, false),
@@ -271,7 +282,8 @@ async fn levels(
         }
     };
     let mut api = spawn_as_deployed(settings, dir)?;
-    let out = measure(settings, topology, args, stamp, client, capacity).await;
+    pids.push(("api", api.child.id()));
+    let out = measure(settings, topology, args, stamp, client, capacity, &pids).await;
     stop(&mut api);
     let mut report = out?;
     report.capacity_searched = searched;
@@ -321,6 +333,7 @@ async fn measure(
     stamp: i64,
     client: &Client,
     capacity: f64,
+    pids: &[(&'static str, u32)],
 ) -> Result<SweepReport> {
     super::api::wait_ready(&client.http, &client.url).await?;
     let target = Arc::new(Target::http(settings, &client.url)?);
@@ -370,7 +383,7 @@ async fn measure(
             let factor = args.factors[k];
             let tag = format!("{rep}-{k}");
             let run = level(
-                settings, topology, args, client, &target, &mut mix, &tag, factor, capacity,
+                settings, topology, args, client, &target, &mut mix, &tag, factor, capacity, pids,
             )
             .await;
             eprintln!(
@@ -407,9 +420,12 @@ async fn level(
     tag: &str,
     factor: f64,
     capacity: f64,
+    pids: &[(&'static str, u32)],
 ) -> LevelRun {
     let rate = capacity * factor;
     let before = Scrapes::now();
+    let cpu = || -> Vec<f64> { pids.iter().map(|&(_, p)| cpu_seconds(p)).collect() };
+    let (cpu_before, started) = (cpu(), Instant::now());
     let live = Arc::new(Live::default());
     let stop_reads = Arc::new(AtomicU64::new(0));
     let ((), mut reads) = tokio::join!(
@@ -425,6 +441,14 @@ async fn level(
         },
         client.reads(args.read_rate, stop_reads.clone())
     );
+    let cores: BTreeMap<String, f64> = {
+        let secs = started.elapsed().as_secs_f64();
+        let mut by_name = BTreeMap::new();
+        for ((name, _), (a, b)) in pids.iter().zip(cpu().into_iter().zip(cpu_before)) {
+            *by_name.entry(name.to_string()).or_insert(0.0) += (a - b) / secs;
+        }
+        by_name
+    };
     let deferred = Scrapes::now().api_sum(m::API_PUBLISHES_DEFERRED)
         - before.api_sum(m::API_PUBLISHES_DEFERRED);
     let catch_up_s = catch_up(
@@ -501,8 +525,15 @@ async fn level(
             .get(m::API_WRITE_LIMIT)
             .copied()
             .unwrap_or(f64::NAN),
+        cores,
         cdf,
     }
+}
+
+/// The Kafka that `make up` started, from its pid file.
+fn kafka_pid() -> Option<u32> {
+    let pid = std::fs::read_to_string(likes_support::stack::dir().join("kafka.pid")).ok()?;
+    pid.trim().parse().ok()
 }
 
 fn phase(rate: f64, seconds: f64) -> Phase {
@@ -720,6 +751,41 @@ impl SweepReport {
                 g(|r| r.restarts).0,
                 fig(g(|r| r.catch_up_s), 1),
             );
+        }
+        let names: BTreeSet<&String> = self
+            .levels
+            .iter()
+            .flatten()
+            .flat_map(|r| r.cores.keys())
+            .collect();
+        if !names.is_empty() {
+            let head: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
+            let _ = writeln!(
+                s,
+                "\nWhere the two cores went while each level's load ran, cores used (median):\n\n| offered | {} | total |\n|---|{}---|",
+                head.join(" | "),
+                "---|".repeat(head.len())
+            );
+            for runs in &self.levels {
+                let Some(first) = runs.first() else { continue };
+                let per: Vec<f64> = names
+                    .iter()
+                    .map(|n| {
+                        mmm(runs
+                            .iter()
+                            .map(|r| r.cores.get(*n).copied().unwrap_or(f64::NAN)))
+                        .0
+                    })
+                    .collect();
+                let cells: Vec<String> = per.iter().map(|c| format!("{c:.2}")).collect();
+                let _ = writeln!(
+                    s,
+                    "| {}× | {} | {:.2} |",
+                    first.factor,
+                    cells.join(" | "),
+                    per.iter().filter(|c| c.is_finite()).sum::<f64>()
+                );
+            }
         }
         let mut failures = BTreeMap::<String, u64>::new();
         for run in self.levels.iter().flatten() {
