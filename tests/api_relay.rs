@@ -226,6 +226,58 @@ async fn a_publish_acknowledged_after_its_wait_clears_its_outbox_entry() {
     fx::teardown(&settings, &topology).await;
 }
 
+/// Issue 45, item 3: a write's answer does not wait for the broker's ack: its outbox entry
+/// stands for the event until the ack clears it. The ack's handling is held here (fail point
+/// `api-before-ack`): the write is answered while it is held, its entry still there; let go,
+/// the event is on the log once and the entry is cleared. Before, the answer waited for the
+/// ack, up to `api.publish_wait` (set far past the test's wait for the answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_is_answered_before_its_event_is_acknowledged() {
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, topology, app, client) = api::serve_with("noackwait", |s| {
+        s.api.publish_wait = Duration::from_secs(90);
+        s.api.request_timeout = Duration::from_secs(120);
+        s.api.relay = false;
+    })
+    .await;
+    let hold = common::Hold::first_at("api-before-ack");
+    let answered = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.like("u1", "item-noack", "k1"),
+    )
+    .await;
+    let (s, e) = answered.expect("not answered while its event's ack was held");
+    assert_eq!(s, StatusCode::OK, "{e}");
+    hold.reached().await;
+    app.writer.flush_clears().await;
+    assert_eq!(
+        outbox_rows(&app).await,
+        1,
+        "the entry stands for the event until its ack"
+    );
+    hold.release();
+    let topic = settings.topic(&topology.topics.events.name);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        app.writer.flush_clears().await;
+        let (s2, t2) = (settings.clone(), topic.clone());
+        let events = tokio::task::spawn_blocking(move || all_events(&s2, &t2))
+            .await
+            .unwrap();
+        let left = outbox_rows(&app).await;
+        if events.len() == 1 && left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} events on the log (1 wanted), {left} outbox entries left",
+            events.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    fx::teardown(&settings, &topology).await;
+}
+
 async fn outbox_rows(app: &likes::api::App) -> i64 {
     let ks = &app.settings.cql.keyspace;
     let rows = app

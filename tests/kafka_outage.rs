@@ -57,11 +57,11 @@ async fn writes_are_answered_through_a_broker_outage_and_counts_converge_after()
 
     let _restore = common::stack::UpOnDrop;
     common::stack::kill9("kafka");
-    // 12 likes, each waiting up to api.publish_wait (2 s) for an ack that does not come. Each
-    // holds a place in flight only until its flip has applied: the next is sent as soon as the
-    // last one's flip shows on its edge (while it still waits for the broker), so at most two
-    // are ever in their compare-and-set together, on any box. Were a place held through the
-    // broker's wait, the fifth would find all 4 taken and be shed.
+    // 12 likes whose events the broker never acknowledges. Each holds a place in flight only
+    // until its flip has applied (its answer does not wait for the broker at all): the next is
+    // sent as soon as the last one's flip shows on its edge, so at most two are ever in their
+    // compare-and-set together, on any box. Were a place held through a wait for the broker,
+    // the fifth would find all 4 taken and be shed.
     let mut burst = Vec::new();
     for i in 0..12u64 {
         let (c, user) = (client.clone(), format!("burst-{i}"));

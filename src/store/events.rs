@@ -23,8 +23,8 @@ pub struct Events {
 
 impl Events {
     pub fn connect(settings: &Settings, topology: &Topology) -> Result<Self> {
-        // Each write waits for its event's acknowledgement, so a batch lingers 1 ms, not the
-        // stages' 5: at 1,000 writes/s that still batches, and the median write is 4 ms faster.
+        // A batch lingers 1 ms, not the stages' 5: the sooner the event is on the log, the
+        // sooner it is counted (the write's answer no longer waits for it).
         let producer: FutureProducer = kafka::producer_config(&settings.kafka)
             .set("linger.ms", "1")
             .create()?;
@@ -47,7 +47,51 @@ impl Events {
         source: Source,
         home: Home,
     ) -> Result<()> {
-        let (key, payload) = Flip {
+        let (key, payload) = self.record(item, user, edge, source, home);
+        self.producer
+            .send(
+                FutureRecord::to(&self.topic).key(&key).payload(&payload),
+                self.timeout,
+            )
+            .await
+            .map_err(|(e, _)| Error::Kafka(e))?;
+        Ok(())
+    }
+
+    /// Hands the edge's current flip to the producer now, without waiting: in the caller's
+    /// order, so a user's next write cannot put its event on the log before this one. Returns
+    /// the broker's acknowledgement, to wait for or not; a full queue is an error at once.
+    pub fn enqueue(
+        &self,
+        item: &str,
+        user: &str,
+        edge: &Edge,
+        source: Source,
+        home: Home,
+    ) -> Result<impl std::future::Future<Output = Result<()>> + Send + 'static> {
+        let (key, payload) = self.record(item, user, edge, source, home);
+        let delivery = self
+            .producer
+            .send_result(FutureRecord::to(&self.topic).key(&key).payload(&payload))
+            .map_err(|(e, _)| Error::Kafka(e))?;
+        Ok(async move {
+            match delivery.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err((e, _))) => Err(Error::Kafka(e)),
+                Err(_) => Err(Error::Kafka(rdkafka::error::KafkaError::Canceled)),
+            }
+        })
+    }
+
+    fn record(
+        &self,
+        item: &str,
+        user: &str,
+        edge: &Edge,
+        source: Source,
+        home: Home,
+    ) -> (String, Vec<u8>) {
+        Flip {
             item,
             user,
             op_id: edge.op_id as u64,
@@ -58,15 +102,7 @@ impl Events {
             source,
             platform: edge.platform(),
         }
-        .record_at_home(self.buckets, home);
-        self.producer
-            .send(
-                FutureRecord::to(&self.topic).key(&key).payload(&payload),
-                self.timeout,
-            )
-            .await
-            .map_err(|(e, _)| Error::Kafka(e))?;
-        Ok(())
+        .record_at_home(self.buckets, home)
     }
 
     /// Whether the broker answers for the events topic (within 2 s).

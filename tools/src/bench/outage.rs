@@ -4,10 +4,9 @@
 //! Likes of fresh edges at a steady rate, open loop: the stack's broker is killed with
 //! kill -9 after [`BEFORE`] and started again by `stack/stack.sh up` after [`DOWN`] (the
 //! outage lasts until that start returns); the writes go on for [`AFTER`] past it. Each write's scheduled time puts it in one of the three
-//! stretches. Once a write's flip has applied, it waits at most `api.publish_wait` for the
-//! broker and less while the broker is suspect (docs/architecture.md, the write path); its
-//! event stays in the outbox for the relay. So during the outage writes are answered as
-//! before, the first ones late by the wait; only the count lags.
+//! stretches. Once a write's flip has applied, it is answered without waiting for the broker
+//! (docs/architecture.md, the write path); with the broker away its event stays in the outbox
+//! for the relay. So during the outage writes are answered as before; only the count lags.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -522,7 +522,7 @@ impl OverloadReport {
                     3,
                 ),
                 (
-                    "their p99, ms (the first wait `api.publish_wait`)",
+                    "their p99, ms",
                     get(|o| o.during.ok_p99_ms),
                     Goal::at_least(0.0),
                     0,
