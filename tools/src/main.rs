@@ -184,7 +184,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 what: BenchCommand::Sweep(args),
             } => {
                 let report = bench::sweep::run(&settings, &topology, &args).await?;
-                let path = report.write(&args.out)?;
+                let path = bench::write_sweep(&report, &args.out)?;
                 out(&format!(
                     "{}\nbench sweep: written to {}",
                     report.table(),

@@ -30,3 +30,14 @@ pub mod slowdown;
 pub mod stats;
 pub mod sweep;
 pub mod topology;
+
+/// `likes-tools bench sweep`'s files: `sweep.md` and its plots beside it (here, so the sweep
+/// and the plots, which draw its levels, do not import each other).
+pub fn write_sweep(
+    report: &sweep::SweepReport,
+    out: &std::path::Path,
+) -> anyhow::Result<std::path::PathBuf> {
+    let path = report.write(out)?;
+    plots::sweep_plots(out, &report.levels)?;
+    Ok(path)
+}

@@ -853,7 +853,7 @@ impl SweepReport {
         s
     }
 
-    /// bench/sweep.md of a `likes-tools bench sweep` run, with its plots beside it.
+    /// bench/sweep.md of a `likes-tools bench sweep` run (its plots: [`super::write_sweep`]).
     pub fn write(&self, out: &Path) -> Result<PathBuf> {
         let md = format!(
             "# The sweep of offered load through the whole system\n\nWritten by `likes-tools bench \
@@ -866,7 +866,6 @@ impl SweepReport {
         );
         let path = out.join("sweep.md");
         std::fs::write(&path, md)?;
-        super::plots::sweep_plots(out, &self.levels)?;
         Ok(path)
     }
 }
