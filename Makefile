@@ -77,7 +77,7 @@ bench-api: up ## The API's capacity (p99 < 150 ms) and latency against a bare LW
 	$(CARGO) build --release --workspace --bins
 	$(CARGO_TARGET_DIR)/release/likes-tools bench api
 
-bench-sweep: up ## Offered load through the whole system as deployed, 1/4x to 4x the API's capacity, goals per level -> bench/sweep.md (~15 min)
+bench-sweep: up ## Offered load through the whole system as deployed, 1/4x to 4x the API's capacity, goals per level -> bench/sweep/sweep.md (~15 min)
 	@stack/prereqs.sh stack build bench
 	@stack/rocksdb.sh
 	$(CARGO) build --release --workspace --bins

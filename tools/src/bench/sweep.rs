@@ -68,8 +68,9 @@ pub struct SweepArgs {
     /// does not catch up is reported as such and the sweep goes on.
     #[arg(long, default_value_t = 300)]
     pub catch_up_timeout: u64,
-    /// Where sweep.md, its plots and its JSON go.
-    #[arg(long, default_value = "bench")]
+    /// Where sweep.md, its plots and its JSON go (`make bench` writes its own sweep's plots
+    /// beside bench/report.md).
+    #[arg(long, default_value = "bench/sweep")]
     pub out: PathBuf,
 }
 
