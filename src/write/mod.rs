@@ -140,6 +140,8 @@ fn deferred(reason: &'static str, item: &str, user: &str, op_id: i64, why: &str)
 fn broker_away(e: &Error) -> bool {
     use rdkafka::types::RDKafkaErrorCode as C;
     e.is_retryable()
+        // The producer dropped with the ack still owed (the process stopping): the relay has it.
+        || matches!(e, Error::Kafka(rdkafka::error::KafkaError::Canceled))
         || matches!(e, Error::Kafka(k) if matches!(
             k.rdkafka_error_code(),
             Some(C::QueueFull | C::MessageTimedOut)

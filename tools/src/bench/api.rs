@@ -281,8 +281,13 @@ where
 
 /// The Cassandra that `make up` started, from its pid file (as stack/stack.sh places it).
 pub(crate) fn cassandra_pid() -> Option<u32> {
-    let pid = std::fs::read_to_string(likes_support::stack::dir().join("cassandra.pid")).ok()?;
-    pid.trim().parse().ok()
+    stack_pid("cassandra")
+}
+
+/// A process `make up` started (`cassandra`, `kafka`), from its pid file.
+pub(crate) fn stack_pid(name: &str) -> Option<u32> {
+    let path = likes_support::stack::dir().join(format!("{name}.pid"));
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 pub async fn run(

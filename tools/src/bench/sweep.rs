@@ -249,7 +249,7 @@ async fn sweep(
         ("count", count.child.id()),
     ];
     pids.extend(super::api::cassandra_pid().map(|p| ("cassandra", p)));
-    pids.extend(kafka_pid().map(|p| ("kafka", p)));
+    pids.extend(super::api::stack_pid("kafka").map(|p| ("kafka", p)));
     let result = levels(settings, topology, args, dir, stamp, &client, pids).await;
     stop(&mut count);
     stop(&mut dedupe);
@@ -529,12 +529,6 @@ async fn level(
         cores,
         cdf,
     }
-}
-
-/// The Kafka that `make up` started, from its pid file.
-fn kafka_pid() -> Option<u32> {
-    let pid = std::fs::read_to_string(likes_support::stack::dir().join("kafka.pid")).ok()?;
-    pid.trim().parse().ok()
 }
 
 fn phase(rate: f64, seconds: f64) -> Phase {
