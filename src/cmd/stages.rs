@@ -65,13 +65,17 @@ pub async fn run_api(settings: &Settings, topology: &Topology) -> Result<()> {
     let stop = tasks.token();
     let (store, listen) = (app.store.clone(), settings.api.listen.clone());
     let writer = app.writer.clone();
+    let publish_wait = settings.api.publish_wait;
     tasks.spawn("http", async move {
         info!(listen = %listen, "api serving");
         let served = api::serve::serve(listener, api::router(app), bounds, stop)
             .await
             .map_err(Error::io(format!("serving api.listen {listen}")));
-        // The last answers' outbox entries, so that the relay does not publish them again.
-        writer.flush_clears().await;
+        // The last answers' acks and outbox entries, so that the relay does not publish them
+        // again.
+        if !writer.settle(publish_wait).await {
+            info!("stopping with event acks still owed: the relay publishes those flips");
+        }
         served
     });
     if let Some(relay) = relay {

@@ -163,8 +163,8 @@ pub async fn run(job: &Eraser, user: Option<&str>) -> Result<EraseReport> {
         }
         report.erasures.push(e);
     }
-    // Its unlikes' outbox entries, so that the relay does not publish them again.
-    job.writer.flush_clears().await;
+    // Its unlikes' acks and outbox entries, so that the relay does not publish them again.
+    job.writer.settle(job.writer.publish_wait()).await;
     Ok(report)
 }
 

@@ -163,6 +163,8 @@ pub struct Writer {
     routes: Option<Routes>,
     /// The outbox entries this writer is done with, deleted in batches behind the answers.
     clears: clears::Clears,
+    /// The answered writes whose events' acks are still owed (each clears its entry).
+    acks: tokio_util::task::TaskTracker,
     /// Whether an account was erased, asked for many writes at once.
     erased_check: erased_check::ErasedCheck,
     /// This host's clock against the database's, checked again while the writer runs.
@@ -196,6 +198,7 @@ impl Writer {
             publish_wait: settings.api.publish_wait,
             routes,
             clears: clears::Clears::spawn(store.clone()),
+            acks: tokio_util::task::TaskTracker::new(),
             erased_check: erased_check::ErasedCheck::spawn(store.clone()),
             clock: crate::cql::clock::ClockWatch::spawn(
                 session.clone(),
@@ -208,10 +211,26 @@ impl Writer {
         Ok((writer, session))
     }
 
-    /// Sends the outbox clears queued so far: before a process that wrote exits, so that the
-    /// relay does not publish their events again.
+    /// Sends the outbox clears queued so far.
     pub async fn flush_clears(&self) {
         self.clears.flush().await;
+    }
+
+    /// Waits up to `within` for the acks owed to the writes answered so far, then sends the
+    /// clears they queued: before a process that wrote exits, so that the relay does not
+    /// publish those events again, and for whoever must find every answered write's event on
+    /// the log. False if acks were still owed at `within` (their entries wait for the relay).
+    pub async fn settle(&self, within: Duration) -> bool {
+        self.acks.close();
+        let all = tokio::time::timeout(within, self.acks.wait()).await.is_ok();
+        self.acks.reopen();
+        self.clears.flush().await;
+        all
+    }
+
+    /// How long an event's ack may take before its publish counts as deferred.
+    pub fn publish_wait(&self) -> Duration {
+        self.publish_wait
     }
 
     pub fn store(&self) -> &Arc<Stores> {
@@ -384,7 +403,7 @@ impl Writer {
                             (self.clears.clone(), (shard, minute), self.publish_wait);
                         let (it, us, en) = (item.to_string(), user.to_string(), entry.clone());
                         let op_id = edge.op_id;
-                        tokio::spawn(async move {
+                        self.acks.spawn(async move {
                             crate::runtime::hold::point("api-before-ack").await;
                             let mut ack = std::pin::pin!(ack);
                             let acked = match tokio::time::timeout(wait, &mut ack).await {

@@ -13,13 +13,19 @@ use serde_json::{json, Value};
 use crate::common::api::{self, all_events, of, Client};
 use crate::common::topology as fx;
 
-/// The (op_id, liked) events on the namespace's events topic for one edge.
+/// The (op_id, liked) events on the namespace's events topic for one edge, once every write
+/// answered so far has its ack (the answer no longer waits for it).
 async fn events_of(
     settings: &Settings,
     topology: &Topology,
+    app: &likes::api::App,
     item: &str,
     user: &str,
 ) -> Vec<(u64, bool)> {
+    assert!(
+        app.writer.settle(std::time::Duration::from_secs(30)).await,
+        "acks still owed after 30 s"
+    );
     let settings = settings.clone();
     let topic = settings.topic(&topology.topics.events.name);
     let events = tokio::task::spawn_blocking(move || all_events(&settings, &topic))
@@ -28,14 +34,13 @@ async fn events_of(
     of(&events, item, user)
 }
 
-async fn serve(name: &str) -> (Settings, Topology, Arc<Client>) {
-    let (settings, topology, _app, client) = api::serve(name).await;
-    (settings, topology, client)
+async fn serve(name: &str) -> (Settings, Topology, Arc<likes::api::App>, Arc<Client>) {
+    api::serve(name).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_double_like_is_one_flip_and_the_actor_reads_it_at_once() {
-    let (settings, topology, client) = serve("apidouble").await;
+    let (settings, topology, app, client) = serve("apidouble").await;
     // Layer 3, the row, and 2, the conditional write: a double like is one flip.
     let (s1, a1) = client.like("alice", "item-1", "k1").await;
     let (s2, a2) = client.like("alice", "item-1", "k2").await;
@@ -51,7 +56,7 @@ async fn a_double_like_is_one_flip_and_the_actor_reads_it_at_once() {
     let (_, liked) = client.get("alice", "/v1/items/item-1/likes/alice").await;
     assert_eq!(liked["liked"], json!(true), "read-your-writes: {liked}");
     assert_eq!(
-        events_of(&settings, &topology, "item-1", "alice").await,
+        events_of(&settings, &topology, &app, "item-1", "alice").await,
         vec![(1, true)],
         "double like: one event"
     );
@@ -60,7 +65,7 @@ async fn a_double_like_is_one_flip_and_the_actor_reads_it_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replayed_key_returns_its_answer_and_another_request_under_it_is_a_422() {
-    let (settings, topology, client) = serve("apikey").await;
+    let (settings, topology, app, client) = serve("apikey").await;
     let (_, a1) = client.like("alice", "item-1", "k1").await;
     // Layer 1: the same key replays the stored answer; with another request it is a 422.
     let (s, replay) = client.like("alice", "item-1", "k1").await;
@@ -73,7 +78,7 @@ async fn a_replayed_key_returns_its_answer_and_another_request_under_it_is_a_422
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
     assert_eq!(e["error"], json!("idempotency_key_reused"));
     assert_eq!(
-        events_of(&settings, &topology, "item-1", "alice").await,
+        events_of(&settings, &topology, &app, "item-1", "alice").await,
         vec![(1, true)],
         "the replay and the refused request publish nothing"
     );
@@ -82,7 +87,7 @@ async fn a_replayed_key_returns_its_answer_and_another_request_under_it_is_a_422
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_concurrent_likes_of_one_edge_flip_it_once() {
-    let (settings, topology, client) = serve("apiconcurrent").await;
+    let (settings, topology, app, client) = serve("apiconcurrent").await;
     let tasks: Vec<_> = (0..16)
         .map(|i| {
             let c = client.clone();
@@ -98,7 +103,7 @@ async fn sixteen_concurrent_likes_of_one_edge_flip_it_once() {
     }
     assert_eq!(flips, 1, "16 concurrent likes, exactly one flip");
     assert_eq!(
-        events_of(&settings, &topology, "item-2", "bob").await,
+        events_of(&settings, &topology, &app, "item-2", "bob").await,
         vec![(1, true)],
         "16 concurrent likes: one event"
     );
@@ -107,7 +112,7 @@ async fn sixteen_concurrent_likes_of_one_edge_flip_it_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stale_retry_replays_its_answer_and_never_relikes() {
-    let (settings, topology, client) = serve("apistale").await;
+    let (settings, topology, app, client) = serve("apistale").await;
     // like (answer lost) -> unlike -> the old like retried with its key: the stored answer
     // comes back and the edge stays UNLIKED.
     let (_, first) = client.like("carol", "item-3", "like-1").await;
@@ -123,7 +128,7 @@ async fn a_stale_retry_replays_its_answer_and_never_relikes() {
     let (_, liked) = client.get("carol", "/v1/items/item-3/likes/carol").await;
     assert_eq!(liked["liked"], json!(false), "the row stays UNLIKED");
     assert_eq!(
-        events_of(&settings, &topology, "item-3", "carol").await,
+        events_of(&settings, &topology, &app, "item-3", "carol").await,
         vec![(1, true), (2, false)],
         "stale retry: exactly two flips"
     );
@@ -132,7 +137,7 @@ async fn a_stale_retry_replays_its_answer_and_never_relikes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_guess_that_aims_the_flip_never_decides_it() {
-    let (settings, topology, client) = serve("apiguess").await;
+    let (settings, topology, app, client) = serve("apiguess").await;
     // An unlike of an unliked edge and of an edge never liked are no-ops; a like of an
     // unliked edge (its `IF NOT EXISTS` fails) flips from the row it is answered with.
     client.like("carol", "item-3", "like-1").await;
@@ -154,12 +159,12 @@ async fn the_guess_that_aims_the_flip_never_decides_it() {
         (json!(true), json!(3))
     );
     assert_eq!(
-        events_of(&settings, &topology, "item-3", "carol").await,
+        events_of(&settings, &topology, &app, "item-3", "carol").await,
         vec![(1, true), (2, false), (3, true)],
         "three flips, three events; the no-ops none"
     );
     assert!(
-        events_of(&settings, &topology, "item-9", "carol")
+        events_of(&settings, &topology, &app, "item-9", "carol")
             .await
             .is_empty(),
         "a no-op unlike publishes nothing"
@@ -169,7 +174,7 @@ async fn the_guess_that_aims_the_flip_never_decides_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
-    let (settings, topology, client) = serve("apibad").await;
+    let (settings, topology, app, client) = serve("apibad").await;
     let base = client.base.clone();
     client.like("alice", "item-1", "k1").await;
     // Bad input: a clear 4xx with a reason, and nothing changes.
@@ -273,7 +278,7 @@ async fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
     let (_, d) = client.get("dave", "/v1/items/item-4/likes/dave").await;
     assert_eq!(d["liked"], json!(false), "no refused request liked item-4");
     assert!(
-        events_of(&settings, &topology, "item-4", "dave")
+        events_of(&settings, &topology, &app, "item-4", "dave")
             .await
             .is_empty(),
         "refused requests publish nothing"
@@ -283,7 +288,7 @@ async fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn who_liked_pages_every_liker_once_under_concurrent_likes() {
-    let (settings, topology, client) = serve("apilikers").await;
+    let (settings, topology, _app, client) = serve("apilikers").await;
     // Who liked: 30 likers paged 7 at a time, while another user likes mid-walk: every
     // original liker exactly once, in a stable walk.
     let likers: Vec<String> = (0..30).map(|i| format!("fan{i:02}")).collect();
@@ -342,7 +347,7 @@ async fn who_liked_pages_every_liker_once_under_concurrent_likes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batch_get_gives_the_callers_states_and_is_bounded() {
-    let (settings, topology, client) = serve("apibatch").await;
+    let (settings, topology, _app, client) = serve("apibatch").await;
     let base = client.base.clone();
     client.like("fan07", "item-5", "fan").await;
     client.like("alice", "item-1", "k1").await;
@@ -386,7 +391,7 @@ async fn batch_get_gives_the_callers_states_and_is_bounded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_count_before_any_window_is_zero_and_every_route_is_documented() {
-    let (settings, topology, client) = serve("apimisc").await;
+    let (settings, topology, _app, client) = serve("apimisc").await;
     let base = client.base.clone();
     // The public count before any window: 0 and a null asOf.
     let (s, c) = client.get("dave", "/v1/items/item-9/count").await;
@@ -430,7 +435,7 @@ async fn a_count_before_any_window_is_zero_and_every_route_is_documented() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retraction_needs_the_admin_credential_and_replays_on_retry() {
-    let (settings, topology, client) = serve("apiretract").await;
+    let (settings, topology, app, client) = serve("apiretract").await;
     let base = client.base.clone();
     client.like("alice", "item-1", "k1").await;
     // An operator's retraction: a separate credential, the normal write path, a reason.
@@ -488,7 +493,7 @@ async fn a_retraction_needs_the_admin_credential_and_replays_on_retry() {
         "one record, retry included"
     );
     assert_eq!(
-        events_of(&settings, &topology, "item-1", "alice").await,
+        events_of(&settings, &topology, &app, "item-1", "alice").await,
         vec![(1, true), (2, false)],
         "the like, and one event for the retraction"
     );
