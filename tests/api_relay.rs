@@ -166,7 +166,10 @@ async fn answered_writes_leave_no_outbox_entry_once_their_clears_are_sent() {
             assert_eq!(s, StatusCode::OK, "{e}");
         }
     }
-    app.writer.flush_clears().await;
+    assert!(
+        app.writer.settle(Duration::from_secs(30)).await,
+        "acks still owed after 30 s"
+    );
     let pass = relay::pass(&relay_alone, Duration::ZERO).await.unwrap();
     assert_eq!(
         pass,
