@@ -82,22 +82,32 @@ impl Admission {
     }
 }
 
+/// Marks a write's answer as shed here, so the outermost layer (`observe.rs`) times it.
+#[derive(Clone, Copy)]
+pub struct Shed;
+
+fn shed(e: ApiError) -> Response {
+    let mut r = e.into_response();
+    r.extensions_mut().insert(Shed);
+    r
+}
+
 /// The middleware on the write routes.
 pub async fn admit(State(admission): State<Arc<Admission>>, req: Request, next: Next) -> Response {
     // Operators' writes (retractions, erasures) are not a user's: the pod's bounds only.
     if let Some(Caller::User(user)) = req.extensions().get::<Caller>() {
         if !admission.users.take(user) {
             metrics::counter!(m::API_SHED, "reason" => "user_rate").increment(1);
-            return ApiError::UserRateLimited.into_response();
+            return shed(ApiError::UserRateLimited);
         }
     }
     if !admission.take_token() {
         metrics::counter!(m::API_SHED, "reason" => "rate").increment(1);
-        return ApiError::RateLimited.into_response();
+        return shed(ApiError::RateLimited);
     }
     let Some(permit) = admission.in_flight.try_acquire() else {
         metrics::counter!(m::API_SHED, "reason" => "in_flight").increment(1);
-        return ApiError::Overloaded.into_response();
+        return shed(ApiError::Overloaded);
     };
     // The permit ends when the write is done with the database, before its wait on the
     // broker (src/write/cas_done.rs), when it is forwarded to another region, or with the

@@ -22,6 +22,13 @@ pub async fn record(req: Request, next: Next) -> Response {
     let method = method_label(req.method());
     let started = Instant::now();
     let response = next.run(req).await;
+    if response
+        .extensions()
+        .get::<super::admission::Shed>()
+        .is_some()
+    {
+        metrics::histogram!(m::API_SHED_SECONDS).record(started.elapsed().as_secs_f64());
+    }
     let code = response.status().as_str().to_string();
     metrics::histogram!(m::API_REQUEST_SECONDS, "route" => route.clone(), "method" => method)
         .record(started.elapsed().as_secs_f64());

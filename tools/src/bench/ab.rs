@@ -4,9 +4,10 @@
 //! (zipf items, a viral item, unlikes, retries) goes to one, then the other, in ABBA order
 //! per round (BAAB the next), so a drift of the shared box over the run falls on both alike.
 //!
-//! Per segment: writes answered 2xx, p50 and p99 from the scheduled send (open loop). Per
-//! round: candidate / baseline p99 from the mean of each one's two segments. The report gives
-//! medians with min–max over rounds.
+//! Per segment: writes answered 2xx, p50 and p99 from the scheduled send (open loop), the
+//! shed answers' p99, and the p99 of count reads sent beside the writes to the same API. Per
+//! round: candidate / baseline ratios from the mean of each one's two segments. The report
+//! gives medians with min–max over rounds.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,6 +50,13 @@ pub struct AbArgs {
     /// write path's latency without the adaptive limit shedding its tail.
     #[arg(long)]
     pub no_admission: bool,
+    /// Count reads a second to the API in its turn, beside its writes (0: none).
+    #[arg(long, default_value_t = 50.0)]
+    pub reads_per_s: f64,
+    /// Runs the candidate at this niceness (e.g. -10: first to the cores), same binary or
+    /// not: what the API's share of a busy box does to its answers.
+    #[arg(long, allow_hyphen_values = true)]
+    pub candidate_nice: Option<i32>,
 }
 
 /// One segment: which build, and what its writes got.
@@ -60,6 +68,11 @@ pub struct Segment {
     pub ok: u64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    pub shed: u64,
+    /// The shed answers' p99 (NaN: none shed).
+    pub shed_p99_ms: f64,
+    /// The reads' p99 (NaN: no reads).
+    pub reads_p99_ms: f64,
 }
 
 #[derive(Debug)]
@@ -117,7 +130,17 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
         } else {
             Vec::new()
         };
-        apis.push(spawn_api_bin(&s, &dir, bin, name, &extra)?);
+        let api = spawn_api_bin(&s, &dir, bin, name, &extra)?;
+        if let (Some(n), "candidate") = (args.candidate_nice, name) {
+            let st = std::process::Command::new("renice")
+                .args(["-n", &n.to_string(), "-p", &api.child.id().to_string()])
+                .stdout(std::process::Stdio::null())
+                .status()?;
+            if !st.success() {
+                anyhow::bail!("renice -n {n} of the candidate: {st}");
+            }
+        }
+        apis.push(api);
         let url = format!("http://{}", s.api.listen);
         wait_ready(&http, &url).await?;
         urls.push(url);
@@ -126,6 +149,17 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
         Arc::new(Target::http(&settings, &urls[0])?),
         Arc::new(Target::http(&settings, &urls[1])?),
     ];
+    let readers: Vec<_> = urls
+        .iter()
+        .map(|url| super::overload::Client {
+            http: reqwest::Client::new(),
+            url: url.clone(),
+            signer: Arc::new(likes::api::auth::Signer::new(
+                settings.api.session_key.as_bytes(),
+            )),
+            expires: likes::runtime::clock::now_ms() / 1000 + 86_400,
+        })
+        .collect();
     let mut mix = Mix::new(MixArgs {
         items: args.items,
         viral_share: args.viral_share,
@@ -162,14 +196,27 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
         for which in order {
             let live = Arc::new(Live::default());
             let started = std::time::Instant::now();
-            loadgen::drive(
-                targets[which].clone(),
-                &mut mix,
-                &[phase(args.seconds)],
-                live.clone(),
-            )
-            .await;
+            let phases = [phase(args.seconds)];
+            let drive = loadgen::drive(targets[which].clone(), &mut mix, &phases, live.clone());
+            let mut reads = if args.reads_per_s > 0.0 {
+                let (_, reads) = tokio::join!(
+                    drive,
+                    readers[which].reads_for(args.reads_per_s, args.seconds as u64)
+                );
+                reads
+            } else {
+                drive.await;
+                Vec::new()
+            };
             let s = Summary::of(&live, started.elapsed());
+            let shed_p99_ms = {
+                let h = live.shed_us.lock().unwrap();
+                if h.is_empty() {
+                    f64::NAN
+                } else {
+                    h.value_at_quantile(0.99) as f64 / 1000.0
+                }
+            };
             let seg = Segment {
                 round,
                 build: ["baseline", "candidate"][which],
@@ -177,6 +224,9 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
                 ok: s.ok,
                 p50_ms: s.p50_ms,
                 p99_ms: s.p99_ms,
+                shed: live.shed_us.lock().unwrap().len(),
+                shed_p99_ms,
+                reads_p99_ms: super::overload::p99(&mut reads),
             };
             eprintln!("bench ab: {seg:?}");
             segments.push(seg);
@@ -220,14 +270,18 @@ impl std::fmt::Display for Report {
         let a = &self.args;
         writeln!(
             f,
-            "bench ab: {:.0} writes/s, {} s segments, {} rounds (ABBA, then BAAB), {} items, {:.0} % viral; admission {}",
+            "bench ab: {:.0} writes/s, {} s segments, {} rounds (ABBA, then BAAB), {} items, {:.0} % viral; admission {}; count reads {:.0}/s beside",
             a.rate,
             a.seconds,
             a.rounds,
             a.items,
             a.viral_share * 100.0,
-            if a.no_admission { "off" } else { "as deployed" }
+            if a.no_admission { "off" } else { "as deployed" },
+            a.reads_per_s
         )?;
+        if let Some(n) = a.candidate_nice {
+            writeln!(f, "candidate at niceness {n}")?;
+        }
         writeln!(f, "baseline:  {}", a.baseline.display())?;
         if !a.candidate_env.is_empty() {
             writeln!(f, "candidate's environment: {}", a.candidate_env.join(" "))?;
@@ -243,23 +297,28 @@ impl std::fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "\n| build | answered 2xx | p50 ms | p99 ms |\n|---|---|---|---|"
+            "\n| build | answered 2xx | p50 ms | p99 ms | shed | shed p99 ms | reads p99 ms |\n|---|---|---|---|---|---|---|"
         )?;
         for b in ["baseline", "candidate"] {
             let (sent, ok) = self.of(b).fold((0, 0), |(s, o), x| (s + x.sent, o + x.ok));
             writeln!(
                 f,
-                "| {b} | {:.3} % | {} | {} |",
+                "| {b} | {:.3} % | {} | {} | {} | {} | {} |",
                 ok as f64 / sent.max(1) as f64 * 100.0,
                 fig(mmm(self.of(b).map(|s| s.p50_ms)), 1),
-                fig(mmm(self.of(b).map(|s| s.p99_ms)), 1)
+                fig(mmm(self.of(b).map(|s| s.p99_ms)), 1),
+                self.of(b).map(|s| s.shed).sum::<u64>(),
+                fig(mmm(self.of(b).map(|s| s.shed_p99_ms)), 1),
+                fig(mmm(self.of(b).map(|s| s.reads_p99_ms)), 1)
             )?;
         }
         write!(
             f,
-            "\ncandidate / baseline, per round: p50 {}, p99 {}",
+            "\ncandidate / baseline, per round: p50 {}, p99 {}, shed p99 {}, reads p99 {}",
             fig(mmm(self.ratios(|s| s.p50_ms).into_iter()), 2),
-            fig(mmm(self.ratios(|s| s.p99_ms).into_iter()), 2)
+            fig(mmm(self.ratios(|s| s.p99_ms).into_iter()), 2),
+            fig(mmm(self.ratios(|s| s.shed_p99_ms).into_iter()), 2),
+            fig(mmm(self.ratios(|s| s.reads_p99_ms).into_iter()), 2)
         )
     }
 }

@@ -228,10 +228,10 @@ impl Client {
 /// with the product's admission.
 pub(super) fn spawn(settings: &Settings, dir: &std::path::Path, adaptive: bool) -> Result<Proc> {
     let mut settings = settings.clone();
-    // The figures of 12-02 (docs/performance.md) were taken at a 100 ms target, before the
-    // default became the SLO's 150 ms.
+    // As deployed: the product's own bound and target (`config/default.toml`).
     let (max, target) = if adaptive {
-        (256, Duration::from_millis(150))
+        let d = Settings::defaults()?.api;
+        (d.max_writes_in_flight, d.write_latency_target)
     } else {
         (4096, Duration::ZERO)
     };

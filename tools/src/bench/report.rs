@@ -453,7 +453,7 @@ fn render(
         s,
         "## Overload: the API at 2× and 4× its capacity, {} rounds\n\n`likes api` with the \
          product's admission (the adaptive limit on writes in flight, `api.write_latency_target` \
-         150 ms) takes likes open loop at twice and four times the capacity found with a fixed \
+         as deployed, 100 ms) takes likes open loop at twice and four times the capacity found with a fixed \
          bound, while a reader asks for counts at 50/s (`likes-tools bench overload`).\n",
         overload.rounds.len()
     );

@@ -111,6 +111,8 @@ pub struct LevelRun {
     pub server_p50_ms: f64,
     pub server_p99_ms: f64,
     pub shed_p99_ms: f64,
+    /// `likes_api_shed_answer_seconds`: the server's part of a shed answer.
+    pub shed_server_p99_ms: f64,
     pub reads_p99_ms: f64,
     /// At the sink: the counter row written, from the event's time.
     pub staleness_p50_s: f64,
@@ -388,7 +390,7 @@ async fn measure(
             )
             .await;
             eprintln!(
-                "bench sweep: repeat {}/{} at {factor}x ({:.0}/s): admitted {:.0}/s, {} shed (p99 {:.1} ms), \
+                "bench sweep: repeat {}/{} at {factor}x ({:.0}/s): admitted {:.0}/s, {} shed (p99 {:.1} ms, server {:.2}), \
                  p99 {:.0} ms (server {:.0}), reads p99 {:.1} ms, staleness p99 {:.2} s, \
                  {} deferred, caught up after {:.1} s",
                 rep + 1,
@@ -397,6 +399,7 @@ async fn measure(
                 run.admitted_per_s,
                 run.shed,
                 run.shed_p99_ms,
+                run.shed_server_p99_ms,
                 run.client_p99_ms,
                 run.server_p99_ms,
                 run.reads_p99_ms,
@@ -512,6 +515,8 @@ async fn level(
         server_p50_ms: quantile(&server, 0.5) * 1000.0,
         server_p99_ms: quantile(&server, 0.99) * 1000.0,
         shed_p99_ms,
+        shed_server_p99_ms: quantile(&after.since(&before, Port::Api, m::API_SHED_SECONDS), 0.99)
+            * 1000.0,
         reads_p99_ms: overload::p99(&mut reads),
         staleness_p50_s: staleness[0],
         staleness_p99_s: staleness[1],
@@ -717,7 +722,7 @@ impl SweepReport {
         );
         let _ = writeln!(
             s,
-            "| offered/s (× capacity) | admitted/s | shed | errors | admitted p50 / p99 ms, client | server p50 / p99 ms | shed answered p99 ms | reads p99 ms | staleness p50 / p99 s | stage 1 reads / delta on log / window closed, p99 s | deferred publishes | stage restarts | caught up after, s |"
+            "| offered/s (× capacity) | admitted/s | shed | errors | admitted p50 / p99 ms, client | server p50 / p99 ms | shed answered p99 ms, client / server | reads p99 ms | staleness p50 / p99 s | stage 1 reads / delta on log / window closed, p99 s | deferred publishes | stage restarts | caught up after, s |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for runs in &self.levels {
@@ -725,7 +730,7 @@ impl SweepReport {
             let g = |f: fn(&LevelRun) -> f64| mmm(runs.iter().map(f));
             let _ = writeln!(
                 s,
-                "| {:.0} ({}×) | {} | {:.0} | {:.0} | {:.1} / {} | {:.1} / {} | {} | {} | {:.2} / {} | {:.2} / {:.2} / {:.2} | {:.0} | {:.0} | {} |",
+                "| {:.0} ({}×) | {} | {:.0} | {:.0} | {:.1} / {} | {:.1} / {} | {} / {} | {} | {:.2} / {} | {:.2} / {:.2} / {:.2} | {:.0} | {:.0} | {} |",
                 first.offered_per_s,
                 first.factor,
                 fig(g(|r| r.admitted_per_s), 0),
@@ -736,6 +741,7 @@ impl SweepReport {
                 g(|r| r.server_p50_ms).0,
                 fig(g(|r| r.server_p99_ms), 0),
                 fig(g(|r| r.shed_p99_ms), 1),
+                fig(g(|r| r.shed_server_p99_ms), 2),
                 fig(g(|r| r.reads_p99_ms), 1),
                 g(|r| r.staleness_p50_s).0,
                 fig(g(|r| r.staleness_p99_s), 2),
