@@ -164,6 +164,7 @@ pub async fn run(settings: &Settings, topology: &Topology, args: &ReportArgs) ->
             repeats: args.repeats,
             read_rate: 50.0,
             catch_up_timeout: 300,
+            write_latency_target: None,
             out: args.out.clone(),
         },
     )
@@ -453,7 +454,7 @@ fn render(
         s,
         "## Overload: the API at 2× and 4× its capacity, {} rounds\n\n`likes api` with the \
          product's admission (the adaptive limit on writes in flight, `api.write_latency_target` \
-         as deployed, 100 ms) takes likes open loop at twice and four times the capacity found with a fixed \
+         as deployed, 150 ms) takes likes open loop at twice and four times the capacity found with a fixed \
          bound, while a reader asks for counts at 50/s (`likes-tools bench overload`).\n",
         overload.rounds.len()
     );
