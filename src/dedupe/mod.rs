@@ -141,8 +141,10 @@ struct Batch {
     edges: HashMap<Vec<u8>, (EdgeVersion, i32)>,
     /// (item, event-time second) → its sum. A delta never combines flips of two event-time
     /// seconds, so a whole second is a clean cut of the deltas log: reconcile and rebuild
-    /// split the log at one (src/ops/cut.rs).
-    items: BTreeMap<(String, i64), ItemSum>,
+    /// split the log at one (src/ops/cut.rs). Hashed, and sorted once at the commit: every
+    /// event looks its item up here, and an ordered map's string comparisons per lookup were
+    /// the largest share of stage 1's CPU (docs/performance.md, "Stage 1's rate").
+    items: HashMap<(String, i64), ItemSum>,
     /// Partition → (first offset, next offset).
     offsets: BTreeMap<i32, (i64, i64)>,
     dead: Vec<DeadLetter>,

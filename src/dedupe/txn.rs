@@ -42,7 +42,10 @@ impl Dedupe {
             tracing::debug!(partition = d.partition, offset = d.offset, reason = %d.reason, kind = d.kind, "dead letter");
             self.stats.dead_letters += 1;
         }
-        for ((item, _second), sum) in &batch.items {
+        // In (item, second) order, as they always went out.
+        let mut items: Vec<_> = batch.items.iter().collect();
+        items.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for ((item, _second), sum) in items {
             if sum.delta == 0 {
                 continue;
             }
