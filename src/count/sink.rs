@@ -243,6 +243,8 @@ impl Sink {
 
     async fn apply_chunk(&self, shard: i32, jobs: &mut [Job], out: &mut Outcome) -> Result<()> {
         let mut resends = 0;
+        // The audit id of a batch whose answer was lost, while it is sent again.
+        let mut resending: Option<Option<String>> = None;
         for _attempt in 0..20 {
             // Checked on each attempt, right before its batch: the lease that lets this write
             // start is the one a move waits out (docs/multi-region.md, "Where the epoch
@@ -273,7 +275,12 @@ impl Sink {
             out.stats.lwts += 1;
             // The audit trail records the batch before it is sent and its outcome after, so
             // a kill while it is in flight leaves it "unknown" rather than lost (see `audit`).
-            let audited = self.audit_planned(shard, jobs, &planned)?;
+            // A resend is the same batch (no answer changed the rows it was planned from), so
+            // it keeps its record: audited again, one application would read as several.
+            let (audited, after_lost) = match resending.take() {
+                Some(id) => (id, true),
+                None => (self.audit_planned(shard, jobs, &planned)?, false),
+            };
             let outcome = match lose_answer(Fence::send(&self.session, &batch, values).await) {
                 Ok(outcome) => outcome,
                 // The batch's answer is lost: it applied or not, nobody knows. Sending it again
@@ -285,6 +292,7 @@ impl Sink {
                 // Its audit record stays without a verdict, like a batch cut off by a kill.
                 Err(e) if e.is_retryable() && resends < MAX_RESENDS => {
                     resends += 1;
+                    resending = Some(audited);
                     metrics::counter!(m::SINK_RESENDS).increment(1);
                     warn!(shard, resends, error = %e, "conditional batch unanswered; sending it again");
                     tokio::time::sleep(RESEND_BACKOFF * resends).await;
@@ -293,8 +301,13 @@ impl Sink {
                 Err(e) => return Err(e),
             };
             if let Some(id) = audited {
-                let verdict = if outcome.is_none() { "A" } else { "F" };
-                self.audit(&format!("{verdict}\t{id}\n"))?;
+                match (&outcome, after_lost) {
+                    (None, _) => self.audit(&format!("A\t{id}\n"))?,
+                    (Some(_), false) => self.audit(&format!("F\t{id}\n"))?,
+                    // Bounced after a lost answer: an earlier send may have applied it, so it
+                    // keeps no verdict, like a batch cut off by a kill.
+                    (Some(_), true) => {}
+                }
             }
             match outcome {
                 None => {
