@@ -635,6 +635,18 @@ pub struct Summary {
     pub max_ms: f64,
 }
 
+impl Live {
+    /// The shed answers' p99, ms (NaN: none shed).
+    pub fn shed_p99_ms(&self) -> f64 {
+        let h = self.shed_us.lock().unwrap();
+        if h.is_empty() {
+            f64::NAN
+        } else {
+            h.value_at_quantile(0.99) as f64 / 1000.0
+        }
+    }
+}
+
 impl Summary {
     pub fn of(live: &Live, elapsed: Duration) -> Self {
         let h = live.latency_us.lock().unwrap();

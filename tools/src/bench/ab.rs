@@ -209,14 +209,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
                 Vec::new()
             };
             let s = Summary::of(&live, started.elapsed());
-            let shed_p99_ms = {
-                let h = live.shed_us.lock().unwrap();
-                if h.is_empty() {
-                    f64::NAN
-                } else {
-                    h.value_at_quantile(0.99) as f64 / 1000.0
-                }
-            };
+            let shed_p99_ms = live.shed_p99_ms();
             let seg = Segment {
                 round,
                 build: ["baseline", "candidate"][which],

@@ -487,14 +487,7 @@ async fn level(
         .filter(|(why, _)| why.starts_with("429") || why.starts_with("503"))
         .map(|(_, n)| n)
         .sum();
-    let shed_p99_ms = {
-        let h = live.shed_us.lock().unwrap();
-        if h.is_empty() {
-            f64::NAN
-        } else {
-            h.value_at_quantile(0.99) as f64 / 1000.0
-        }
-    };
+    let shed_p99_ms = live.shed_p99_ms();
     let cdf = {
         let h = live.latency_us.lock().unwrap();
         (0..=200)
