@@ -200,6 +200,33 @@ OPTS
   cat "$HERE/cassandra/jvm17.options"
 }
 
+# Cassandra 5 keeps a paxos state file per LWT table and keeps it after the table is dropped;
+# at start it lists that directory once per live table, so the files of thousands of dropped
+# test keyspaces made every start (and every restart in the kill tests and chaos runs) take
+# 100-150 s instead of a few. Deleted before a start: the files of tables already unknown when
+# written (UNKNOWN-UNKNOWN-*) and of namespaces whose run has exited (`<base>_<pid>_<ms>_<n>`,
+# the rule of `likes-tools prune`); a live run's keyspace, the demo's and an operator's stay.
+prune_paxos_state() {
+  local dir="$N_DIR/data/system/_paxos_repair_state" f base ks n=0
+  [[ -d "$dir" ]] || return 0
+  local -A gone=()
+  for f in "$dir"/*; do
+    base="${f##*/}"
+    ks="${base%%-*}"
+    if [[ "$ks" == UNKNOWN ]]; then
+      :
+    elif [[ "$ks" =~ ^.+_([1-9][0-9]{0,6})_(0|[1-9][0-9]{0,7})_(0|[1-9][0-9]*)$ ]]; then
+      local pid="${BASH_REMATCH[1]}"
+      [[ -n "${gone[$pid]:-}" ]] || { [[ -e "/proc/$pid" ]] && gone[$pid]=no || gone[$pid]=yes; }
+      [[ "${gone[$pid]}" == yes ]] || continue
+    else
+      continue
+    fi
+    rm -f -- "$f" && n=$((n + 1))
+  done
+  ((n == 0)) || say "${name:-cassandra}: deleted $n paxos state files of dropped or left-behind test keyspaces"
+}
+
 start_cassandra() {  # [node name]
   local name="${1:-cassandra}"
   node_conf "$name"
@@ -208,6 +235,7 @@ start_cassandra() {  # [node name]
   port_free "$CQL_PORT" "$name CQL" "$N_ADDRESS" || return 1
   port_free "$CASSANDRA_STORAGE_PORT" "$name storage" "$N_ADDRESS" || return 1
   mkdir -p "$N_DIR" "$N_LOGS"
+  prune_paxos_state
   render "$HERE/cassandra/cassandra.yaml" "$N_DIR/cassandra.yaml"
   [[ -z "$N_DC" ]] || printf 'dc=%s\nrack=rack1\n' "$N_DC" >"$N_DIR/cassandra-rackdc.properties"
   local opts=()
