@@ -182,11 +182,7 @@ test: ## Run every test (unit, real-stack, kill -9 and fail-point tests; starts 
 	if [ $$built -ne 0 ]; then echo "make test: the build failed (above)"; exit $$built; fi; \
 	if [ $$upped -ne 0 ]; then echo "make test: the stack did not start (above)"; exit $$upped; fi
 	$(TOOLS) prune || echo "make test: the prune failed (see above); testing anyway"
-	$(CARGO) test $(DEV_FEATURES) --all-targets --no-fail-fast 2>&1 | tee $(LIKES_CACHE)/last-test.log; \
-	  status=$${PIPESTATUS[0]}; \
-	  awk '/^test result:/ {p += $$4; f += $$6} END {printf "tests: %d passed, %d failed\n", p, f}' $(LIKES_CACHE)/last-test.log \
-	    | tee $(LIKES_CACHE)/test-summary; \
-	  exit $$status
+	LIKES_CACHE=$(LIKES_CACHE) CARGO=$(CARGO) stack/run_tests.py $(DEV_FEATURES)
 
 test-regions: up-regions ## The tests against the two-datacenter Cassandra (tests/regions.rs, regions_count.rs, regions_down.rs, regions_import.rs)
 	@stack/prereqs.sh build

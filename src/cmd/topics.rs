@@ -83,15 +83,7 @@ pub async fn run(settings: &Settings, topology: &Topology) -> Result<TopicsRepor
         let name = settings.topic(&spec.name);
         if let Some(&have) = existing.get(&name) {
             if have != spec.partitions {
-                return Err(Error::Topic {
-                    topic: name,
-                    reason: format!(
-                        "exists with {have} partitions but topology/ says {}; refusing to change it \
-                         (keys would move to other partitions, breaking per-key order and dedupe state). \
-                         Fix topology/ or create a new topic and migrate to it",
-                        spec.partitions
-                    ),
-                });
+                return Err(other_partition_count(name, have, spec.partitions));
             }
         }
     }
@@ -134,8 +126,21 @@ pub async fn run(settings: &Settings, topology: &Topology) -> Result<TopicsRepor
                         .topics
                         .insert(name, TopicAction::Created { partitions });
                 }
-                // Another `likes topics` won the race: the config check below covers it.
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                // The metadata read above did not list it: a broker's metadata lags a
+                // create, or another `likes topics` won the race. Its partition count is
+                // checked like an existing topic's (before, it was taken as created as asked);
+                // the config check below covers the rest.
+                Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => {
+                    let want = names
+                        .iter()
+                        .find(|(n, _)| *n == name)
+                        .map(|(_, s)| s.partitions)
+                        .unwrap_or_default();
+                    let have = partitions_of(&admin, &name, timeout).await?;
+                    if have != want {
+                        return Err(other_partition_count(name, have, want));
+                    }
+                }
                 Err((name, code)) => {
                     return Err(Error::Topic {
                         topic: name,
@@ -181,11 +186,59 @@ pub async fn run(settings: &Settings, topology: &Topology) -> Result<TopicsRepor
     Ok(report)
 }
 
+fn other_partition_count(topic: String, have: i32, want: i32) -> Error {
+    Error::Topic {
+        topic,
+        reason: format!(
+            "exists with {have} partitions but topology/ says {want}; refusing to change it \
+             (keys would move to other partitions, breaking per-key order and dedupe state). \
+             Fix topology/ or create a new topic and migrate to it"
+        ),
+    }
+}
+
+/// The partition count of `topic`, which the cluster says exists: read until the broker's
+/// metadata lists it (it may lag the create that made it), up to `timeout`.
+async fn partitions_of(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<i32> {
+    let until = std::time::Instant::now() + timeout;
+    loop {
+        let metadata =
+            tokio::task::block_in_place(|| admin.inner().fetch_metadata(Some(topic), timeout))?;
+        let listed = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map(|t| t.partitions().len() as i32)
+            .filter(|&n| n > 0);
+        match listed {
+            Some(n) => return Ok(n),
+            None if std::time::Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            None => {
+                return Err(Error::Topic {
+                    topic: topic.to_string(),
+                    reason: format!(
+                    "the broker says it exists but its metadata did not list it within {timeout:?}"
+                ),
+                })
+            }
+        }
+    }
+}
+
 /// Partition count of every topic on the cluster.
 fn existing_partitions(
     admin: &AdminClient<DefaultClientContext>,
     timeout: Duration,
 ) -> Result<BTreeMap<String, i32>> {
+    // Fault-test hook: a metadata read that does not list topics that exist (a lagging
+    // broker's, or one read just before another `likes topics` created them).
+    fail::fail_point!("topics-stale-metadata", |_| Ok(BTreeMap::new()));
     // librdkafka's metadata call blocks; keep it off the async worker's hot path.
     let metadata = tokio::task::block_in_place(|| admin.inner().fetch_metadata(None, timeout))?;
     Ok(metadata

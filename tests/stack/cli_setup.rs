@@ -248,6 +248,20 @@ async fn topics_twice_creates_once_then_changes_nothing_and_repairs_config_drift
     delete_topics(&settings, &topology).await;
 }
 
+/// The events topic made by hand with 3 partitions, where topology/ says 16.
+async fn create_with_three_partitions(settings: &likes::config::Settings, events: &str) {
+    let admin = kafka::admin(&settings.kafka).unwrap();
+    admin
+        .create_topics(
+            &[NewTopic::new(events, 3, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topics_refuses_to_change_a_partition_count_and_creates_nothing() {
     let settings = crate::common::settings("refuse");
@@ -255,16 +269,7 @@ async fn topics_refuses_to_change_a_partition_count_and_creates_nothing() {
     let topology = Topology::load(None).unwrap();
     let events = settings.topic("likes.events");
 
-    let admin = kafka::admin(&settings.kafka).unwrap();
-    admin
-        .create_topics(
-            &[NewTopic::new(&events, 3, TopicReplication::Fixed(1))],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .unwrap()
-        .remove(0)
-        .unwrap();
+    create_with_three_partitions(&settings, &events).await;
 
     let (ok, _, err) = crate::common::likes(&["topics"], &env);
     assert!(!ok, "topics must refuse");
@@ -279,6 +284,33 @@ async fn topics_refuses_to_change_a_partition_count_and_creates_nothing() {
         [&events],
         "nothing else may be created"
     );
+    assert_eq!(after[&events].0, 3, "the partition count must not change");
+
+    delete_topics(&settings, &topology).await;
+}
+
+/// The same refusal when the metadata `likes topics` reads does not list the topic yet (a
+/// broker's metadata lags a create, or another `likes topics` created it just after the read):
+/// the create's "already exists" is checked like an existing topic. Before, it was taken as
+/// created as asked, and the test above passed or failed with the broker's lag (it failed when
+/// the tests ran beside each other). Fail point `topics-stale-metadata`: the read lists nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_refuses_a_partition_count_it_learns_of_only_from_the_create() {
+    let settings = crate::common::settings("refuselate");
+    let mut env = crate::common::env_for(&settings);
+    env.push(("FAILPOINTS", "topics-stale-metadata=return".to_string()));
+    let topology = Topology::load(None).unwrap();
+    let events = settings.topic("likes.events");
+
+    create_with_three_partitions(&settings, &events).await;
+
+    let (ok, out, err) = crate::common::likes(&["topics"], &env);
+    assert!(!ok, "topics must refuse: {out}");
+    assert!(
+        err.contains(&events) && err.contains("3 partitions") && err.contains("refusing"),
+        "{err}"
+    );
+    let after = topics_snapshot(&settings, &topology).await;
     assert_eq!(after[&events].0, 3, "the partition count must not change");
 
     delete_topics(&settings, &topology).await;
