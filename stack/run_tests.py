@@ -7,11 +7,13 @@ that take the stack down run alone after them. Standard library only.
 `cargo test` runs its test binaries one after another, and most of their time is waiting on
 the stack (sessions, drains, restarts), not the CPU: on 2 cores the serial run took 26 min.
 Here, in phase 1, the shared-stack binary (`tests/stack/`, whose tests already run side by
-side in their own keyspaces and topics) runs beside a stream of every other binary that
-leaves the stack standing, one after another; in phase 2, the binaries that kill -9 Kafka or
-Cassandra (ALONE) run one at a time with nothing beside them, since an outage would reach any
-test running then. Each binary is its own process, so a fail point or a skewed clock never
-crosses from one to another (docs/testing.md, "How make test runs").
+side in their own keyspaces and topics) and every other binary that leaves the stack
+standing run two at a time (two workers, each taking the next binary as it finishes one); in
+phase 2, the binaries that kill -9 Kafka or Cassandra (ALONE) run one at a time with nothing
+beside them, since an outage would reach any test running then. When the two-datacenter
+Cassandra of `make up-regions` is up, the binaries of its tests (REGIONS, ignored without
+it) run in phase 1 too, one after another. Each binary is its own process, so a fail point
+or a skewed clock never crosses from one to another (docs/testing.md, "Testing").
 
 Writes each binary's output to $LIKES_CACHE/test-logs/, all of it in order to
 $LIKES_CACHE/last-test.log, prints a line per binary as it ends and the failing tests' output
@@ -21,6 +23,7 @@ is its closing line and $LIKES_CACHE/test-summary, which CI prints last.
 """
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
@@ -35,6 +38,12 @@ ALONE = ["kafka_outage", "cassandra_kill9", "stack_kill9"]
 # they start (its own process used 58 s of CPU in a 616 s run at the default 2 threads).
 SHARED = "stack"
 SHARED_THREADS = "4"
+# The binaries whose tests need the two-datacenter Cassandra (`make up-regions`); ignored
+# without it. When it is up, they run with --include-ignored in phase 1, one after another
+# (they kill only its nodes and their own stages, never the shared broker or Cassandra).
+# Never more than two binaries at once: three on 2 cores (load average 28) pushed writes past
+# their 2 s deadline and schema changes past 5 s.
+REGIONS = ["regions", "regions_down", "regions_count", "regions_import"]
 
 CACHE = Path(os.environ.get("LIKES_CACHE", Path.home() / ".cache" / "likes"))
 LOGS = CACHE / "test-logs"
@@ -106,17 +115,30 @@ def run_one(order, name, exe, pkg_dir, tally, args=()):
     say(f"{name}: {passed} passed, {failed} failed in {seconds:.0f} s: {outcome}")
 
 
-def stream(runs, tally):
+def stream(runs, tally, args=()):
     for order, name, exe, pkg_dir in runs:
-        args = ["--test-threads", SHARED_THREADS] if name == SHARED else []
-        run_one(order, name, exe, pkg_dir, tally, args)
+        extra = ["--test-threads", SHARED_THREADS] if name == SHARED else list(args)
+        run_one(order, name, exe, pkg_dir, tally, extra)
+
+
+def regions_up():
+    """Whether both nodes of the two-datacenter Cassandra run (stack/stack.sh's pid files)."""
+    state = Path(os.environ.get("LIKES_STACK_DIR", CACHE / "stack"))
+    for node in ("cassandra-region-a", "cassandra-region-b"):
+        try:
+            pid = (state / f"{node}.pid").read_text().strip()
+        except OSError:
+            return False
+        if not pid or not Path(f"/proc/{pid}").exists():
+            return False
+    return True
 
 
 def main():
     cargo_args = sys.argv[1:]
     found = binaries(cargo_args)
     names = [n for n, _, _ in found]
-    missing = [n for n in ALONE + [SHARED] if n not in names]
+    missing = [n for n in ALONE + [SHARED] + REGIONS if n not in names]
     if missing:
         sys.exit(f"make test: no test binary named {missing} (stack/run_tests.py's lists are stale)")
     LOGS.mkdir(parents=True, exist_ok=True)
@@ -126,13 +148,37 @@ def main():
     ordered = [(i, n, exe, d) for i, (n, exe, d) in enumerate(sorted(found, key=lambda b: b[0]))]
     shared = [r for r in ordered if r[1] == SHARED]
     alone = sorted((r for r in ordered if r[1] in ALONE), key=lambda r: ALONE.index(r[1]))
-    beside = [r for r in ordered if r[1] != SHARED and r[1] not in ALONE]
+    with_regions = regions_up()
+    regions = [r for r in ordered if r[1] in REGIONS] if with_regions else []
+    beside = [r for r in ordered if r[1] != SHARED and r[1] not in ALONE and r not in regions]
+
+    # Phase 1's work, in the order it is taken: two workers take the next item as each
+    # finishes one, so no more than two binaries ever run at once. The shared-stack binary
+    # first (the longest), then the two-region chain (its binaries one after another: one
+    # takes a regional node down, which the others must not see), then the rest.
+    work = queue.SimpleQueue()
+    work.put((shared, ()))
+    if regions:
+        work.put((regions, ["--include-ignored"]))
+    for r in beside:
+        work.put(([r], ()))
+
+    def worker():
+        while True:
+            try:
+                runs, args = work.get_nowait()
+            except queue.Empty:
+                return
+            stream(runs, tally, args)
 
     tally = Tally()
     started = time.monotonic()
-    say(f"phase 1: {SHARED} beside {len(beside)} other binaries (one at a time)")
-    threads = [threading.Thread(target=stream, args=(shared, tally)),
-               threading.Thread(target=stream, args=(beside, tally))]
+    say(f"phase 1: {SHARED} and {len(beside)} other binaries, two at a time"
+        + (f"; {', '.join(REGIONS)} with their ignored tests, one after another: the "
+           "two-datacenter Cassandra is up" if with_regions else
+           f"; {', '.join(REGIONS)} keep their tests ignored: the two-datacenter Cassandra is "
+           "not up (`make up-regions` starts it, or `make test-regions` runs only them)"))
+    threads = [threading.Thread(target=worker) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:

@@ -72,7 +72,8 @@ pub async fn run(session: &Session, settings: &CqlSettings) -> Result<MigrateRep
 
     match keyspace_replication(session, ks).await? {
         None => {
-            ddl(session, tables::create_keyspace(ks, &settings.replication)).await?;
+            crate::cql::schema_change(session, tables::create_keyspace(ks, &settings.replication))
+                .await?;
             report.keyspace_created = true;
             info!(keyspace = ks, "keyspace created");
         }
@@ -92,7 +93,7 @@ pub async fn run(session: &Session, settings: &CqlSettings) -> Result<MigrateRep
     for table in TABLES {
         let existing = table_columns(session, ks, table.name).await?;
         if existing.is_empty() {
-            ddl(session, table.create_statement(ks)).await?;
+            crate::cql::schema_change(session, table.create_statement(ks)).await?;
             info!(
                 keyspace = ks,
                 table = table.name,
@@ -128,20 +129,6 @@ pub async fn run(session: &Session, settings: &CqlSettings) -> Result<MigrateRep
     Ok(report)
 }
 
-/// A schema change waits for the cluster's schema agreement and, on a busy node, can take
-/// longer than `cql.request_timeout` (seen: a CREATE TABLE past 5 s on the test stack while
-/// other tests loaded it, and `migrate` failed). Migrations are rare and run one statement at
-/// a time, so each gets a minute; the statements are idempotent (IF NOT EXISTS, and an ADD
-/// is only sent for a column the table lacks), so running migrate again finishes one cut short.
-const DDL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-async fn ddl(session: &Session, cql: String) -> Result<()> {
-    let mut statement = scylla::statement::unprepared::Statement::new(cql);
-    statement.set_request_timeout(Some(DDL_TIMEOUT));
-    session.query_unpaged(statement, ()).await?;
-    Ok(())
-}
-
 /// Tables an earlier version created and this one no longer uses, with the reason.
 const RETIRED: &[(&str, &str)] = &[(
     "idempotency",
@@ -167,7 +154,7 @@ async fn add_columns(
     columns: &[&'static str],
 ) -> Result<()> {
     for (name, cql_type) in table.columns.iter().filter(|(n, _)| columns.contains(n)) {
-        ddl(
+        crate::cql::schema_change(
             session,
             format!(
                 "ALTER TABLE {keyspace}.{} ADD {name} {cql_type}",

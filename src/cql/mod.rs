@@ -76,6 +76,21 @@ pub fn column_names(rows: &scylla::response::query_result::QueryRowsResult) -> V
         .collect()
 }
 
+/// A schema change waits for the cluster's schema agreement and, on a busy node, can take
+/// longer than `cql.request_timeout` (seen: a CREATE TABLE past 5 s on the test stack while
+/// other tests loaded it, and `likes migrate` failed). Schema changes are rare and sent one at
+/// a time, so each gets a minute. Migrate's are idempotent (IF NOT EXISTS, and an ADD only
+/// for a column the table lacks): running it again finishes one cut short.
+pub const SCHEMA_CHANGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Sends one schema statement (CREATE, ALTER, DROP) with [`SCHEMA_CHANGE_TIMEOUT`].
+pub async fn schema_change(session: &Session, cql: String) -> crate::error::Result<()> {
+    let mut statement = scylla::statement::unprepared::Statement::new(cql);
+    statement.set_request_timeout(Some(SCHEMA_CHANGE_TIMEOUT));
+    session.query_unpaged(statement, ()).await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

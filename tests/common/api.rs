@@ -55,6 +55,32 @@ impl Client {
         self.write(self.http.delete(url), user, key).await
     }
 
+    /// A like or an unlike sent again with the same key while it is answered 503, as the API
+    /// asks a client to ("retry with the same key"): a test that checks what the writes did,
+    /// not how fast the box answers them, must not fail when a slow or loaded box lets a write
+    /// pass its 2 s deadline. The key makes a retry replay, never flip twice.
+    pub async fn until_answered(
+        &self,
+        like: bool,
+        user: &str,
+        item: &str,
+        key: &str,
+    ) -> (StatusCode, Value) {
+        let mut tries = 0;
+        loop {
+            let (s, b) = if like {
+                self.like(user, item, key).await
+            } else {
+                self.unlike(user, item, key).await
+            };
+            tries += 1;
+            if s != StatusCode::SERVICE_UNAVAILABLE || tries == 30 {
+                return (s, b);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
     async fn write(
         &self,
         req: reqwest::RequestBuilder,

@@ -91,7 +91,10 @@ async fn sixteen_concurrent_likes_of_one_edge_flip_it_once() {
     let tasks: Vec<_> = (0..16)
         .map(|i| {
             let c = client.clone();
-            tokio::spawn(async move { c.like("bob", "item-2", &format!("c{i}")).await })
+            tokio::spawn(async move {
+                c.until_answered(true, "bob", "item-2", &format!("c{i}"))
+                    .await
+            })
         })
         .collect();
     let mut flips = 0;

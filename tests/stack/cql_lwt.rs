@@ -79,8 +79,7 @@ async fn insert_if_not_exists_applies_once_and_shows_the_winner() {
         .unwrap();
     assert_eq!((state, op_id), (1, 1));
 
-    session
-        .query_unpaged(format!("DROP KEYSPACE {ks}"), ())
+    likes::cql::schema_change(&session, format!("DROP KEYSPACE {ks}"))
         .await
         .unwrap();
 }

@@ -210,11 +210,7 @@ async fn import_killed_and_resumed_under_live_likes_counts_exactly_and_compares_
                 };
                 let like = rng.random_bool(0.6);
                 let key = format!("live-{n}");
-                let (s, b) = if like {
-                    client.like(&user, &item, &key).await
-                } else {
-                    client.unlike(&user, &item, &key).await
-                };
+                let (s, b) = client.until_answered(like, &user, &item, &key).await;
                 assert_eq!(s, StatusCode::OK, "{b}");
                 intent.insert((item, user), like);
                 tokio::time::sleep(Duration::from_millis(40)).await;

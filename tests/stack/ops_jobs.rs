@@ -698,13 +698,12 @@ async fn rebuild_after_dropping_the_counter_table_equals_ground_truth() {
     count_stop.cancel();
     count.await.unwrap().unwrap();
     let session = likes::cql::connect(&settings.cql).await.unwrap();
-    session
-        .query_unpaged(
-            format!("DROP TABLE {}.like_counts", settings.cql.keyspace),
-            (),
-        )
-        .await
-        .unwrap();
+    likes::cql::schema_change(
+        &session,
+        format!("DROP TABLE {}.like_counts", settings.cql.keyspace),
+    )
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     likes::cmd::migrate::run(&session, &settings.cql)
         .await
