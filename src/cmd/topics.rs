@@ -220,12 +220,11 @@ async fn partitions_of(
                 tokio::time::sleep(Duration::from_millis(100)).await
             }
             None => {
+                let reason = format!("exists, but the broker did not list it within {timeout:?}");
                 return Err(Error::Topic {
                     topic: topic.to_string(),
-                    reason: format!(
-                    "the broker says it exists but its metadata did not list it within {timeout:?}"
-                ),
-                })
+                    reason,
+                });
             }
         }
     }
