@@ -150,11 +150,11 @@ HORIZON ?=
 # environment variable (LIKES_TEST_CLOCK_SKEW_MS).
 chaos-build: build
 
-chaos: up chaos-build ## Fault runs: kill -9 of every process, the broker and Cassandra, two reconciles at once, 3 APIs (one skewed) under load; HORIZON=30 for a short dedupe horizon; exact counts or a non-zero exit
+chaos: up stack-prune ## Fault runs: kill -9 of every process, the broker and Cassandra, two reconciles at once, 3 APIs (one skewed) under load; HORIZON=30 for a short dedupe horizon; exact counts or a non-zero exit
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \
 	  $(if $(HORIZON),--horizon $(HORIZON)) --report $(LIKES_CACHE)/chaos-report.json
 
-chaos-ci: up chaos-build ## The short chaos runs CI does: 2 seeds of 60 s, the second with a 20 s dedupe horizon
+chaos-ci: up stack-prune ## The short chaos runs CI does: 2 seeds of 60 s, the second with a 20 s dedupe horizon (leftover test topics pruned first: the broker's restarts load every log)
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $${CHAOS_SEED:-1} --runs 1 --seconds 60 --rate 100 --extra-faults 3 \
 	  --report $(LIKES_CACHE)/chaos-report.json
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $$(( $${CHAOS_SEED:-1} + 1 )) --runs 1 --seconds 60 --rate 100 --extra-faults 3 \

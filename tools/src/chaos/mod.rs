@@ -306,6 +306,8 @@ async fn run_one(
     };
     strikes.run(&plan, &load, started).await?;
     let jobs = std::mem::take(&mut strikes.jobs);
+    // The topology the run's processes read now (a window change records another).
+    let now_topology = strikes.topology.clone();
     let (mut struck, max_drift, env, erased, outages) = (
         strikes.struck,
         strikes.max_drift,
@@ -351,7 +353,15 @@ async fn run_one(
             o.push_str(&format!("{name}: {status}"));
         }
     }
-    let mut drained_after_s = drain(&mut fleet, &session, &namespace, interrupted).await?;
+    let mut drained_after_s = drain(
+        &mut fleet,
+        &session,
+        &namespace,
+        &settings,
+        &now_topology,
+        interrupted,
+    )
+    .await?;
     let mut recount_queue = None;
     if drained_after_s.is_none() && !interrupted.is_cancelled() {
         // What the pipeline could not count exactly (flips dead-lettered, or counted on a
@@ -365,7 +375,15 @@ async fn run_one(
         )?;
         let done = finish_jobs(vec![(0.0, job)], &mut fleet, interrupted).await?;
         recount_queue = done.into_iter().next().map(|d| d.2);
-        drained_after_s = drain(&mut fleet, &session, &namespace, interrupted).await?;
+        drained_after_s = drain(
+            &mut fleet,
+            &session,
+            &namespace,
+            &settings,
+            &now_topology,
+            interrupted,
+        )
+        .await?;
     }
     let seen = live
         .edges
@@ -499,21 +517,50 @@ fn process_env(settings: &Settings, dir: &std::path::Path) -> Vec<(String, Strin
     )
 }
 
-/// Waits, supervising, until no item drifts (or [`DRAIN`] passes, or Ctrl-C); returns how
-/// long that took.
+/// Waits, supervising, until no item drifts; returns how long that took, or None when the
+/// pipeline has passed a cut taken now and items still drift (what stage 1 could not count
+/// exactly past a short horizon is the recount queue's: waiting longer changes nothing), or
+/// [`DRAIN`] passed, or Ctrl-C.
 async fn drain(
     fleet: &mut Fleet,
     session: &Arc<scylla::client::session::Session>,
     namespace: &str,
+    settings: &Settings,
+    topology: &Topology,
     interrupted: &CancellationToken,
 ) -> Result<Option<f64>> {
     let load_end = Instant::now();
+    // The cut is waited for beside the polls, so that the fleet stays supervised: a stage
+    // killed last must come back for the pipeline to pass it.
+    let (settings, topology) = (settings.clone(), topology.clone());
+    let passed = tokio::spawn(async move {
+        let pipeline = likes::ops::cut::Pipeline::connect(&settings, &topology).await?;
+        pipeline.wait_past(likes::ops::cut::choose(), true).await
+    });
+    let mut passed = Some(passed);
     while load_end.elapsed() < DRAIN && !interrupted.is_cancelled() {
         fleet.tick()?;
-        match check::drift(session, namespace).await {
-            Ok((_, 0)) => return Ok(Some(load_end.elapsed().as_secs_f64())),
-            Ok(_) | Err(_) => tokio::time::sleep(Duration::from_secs(2)).await,
+        let finished = passed.as_ref().is_some_and(|p| p.is_finished());
+        if let Ok((_, 0)) = check::drift(session, namespace).await {
+            if let Some(p) = passed {
+                p.abort();
+            }
+            return Ok(Some(load_end.elapsed().as_secs_f64()));
         }
+        if finished {
+            match passed.take().expect("checked").await {
+                Ok(Ok(())) => return Ok(None),
+                // The cut could not be waited for (its own timeout): poll until DRAIN.
+                Ok(Err(e)) => say(&format!(
+                    "chaos: waiting for the pipeline to pass the load's end: {e}"
+                )),
+                Err(e) => say(&format!("chaos: the wait for the pipeline failed: {e}")),
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    if let Some(p) = passed {
+        p.abort();
     }
     Ok(None)
 }
