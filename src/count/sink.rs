@@ -196,38 +196,56 @@ impl Sink {
                     done: false,
                 });
         }
+        // Each shard's outcome is taken as it lands, not after the slowest shard: a flip's
+        // staleness is when its row was written (readers see it then), so a slow shard no
+        // longer adds its time to every other shard's flips (issue 45, item 4).
         let this = &*self;
-        let outcomes: Vec<Result<Outcome>> = stream::iter(by_shard)
+        let mut landing = stream::iter(by_shard)
             .map(|(shard, jobs)| this.apply_shard(shard, jobs))
-            .buffer_unordered(self.max_in_flight)
-            .collect()
-            .await;
-        for o in outcomes {
-            let o = o?;
-            for (item, row) in o.rows {
-                match row {
-                    Some(r) => self.cache.insert(item, r),
-                    None => self.cache.remove(&item),
-                };
-            }
-            self.stats.add(&o.stats);
-            metrics::counter!(m::SINK_LWTS).increment(o.stats.lwts);
-            metrics::counter!(m::WINDOWS_APPLIED).increment(o.stats.windows_applied);
-            metrics::counter!(m::FENCE_SKIPS).increment(o.stats.fence_skips);
-            metrics::counter!(m::CAS_RETRIES).increment(o.stats.cas_retries);
-            metrics::counter!(m::CLAMPS).increment(o.stats.clamps);
-            metrics::counter!(m::HANDED_OVER).increment(o.stats.handed_over);
+            .buffer_unordered(self.max_in_flight);
+        let mut rows = Vec::new();
+        let mut stats = SinkStats::default();
+        let mut failed = None;
+        while let Some(o) = landing.next().await {
+            let o = match o {
+                Ok(o) => o,
+                Err(e) => {
+                    // The other shards still finish: their rows are written either way, and
+                    // the cache must know them (a retry bounces off the fence).
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            };
             let now = crate::runtime::clock::now_ms();
-            for key in o.applied {
-                if let Some(&(events, mean)) = weights.get(&key) {
+            for key in &o.applied {
+                if let Some(&(events, mean)) = weights.get(key) {
                     metrics::histogram!(m::STALENESS_SECONDS).record_many(
                         now.saturating_sub(mean).max(0) as f64 / 1000.0,
                         events as usize,
                     );
                 }
             }
+            metrics::counter!(m::SINK_LWTS).increment(o.stats.lwts);
+            metrics::counter!(m::WINDOWS_APPLIED).increment(o.stats.windows_applied);
+            metrics::counter!(m::FENCE_SKIPS).increment(o.stats.fence_skips);
+            metrics::counter!(m::CAS_RETRIES).increment(o.stats.cas_retries);
+            metrics::counter!(m::CLAMPS).increment(o.stats.clamps);
+            metrics::counter!(m::HANDED_OVER).increment(o.stats.handed_over);
+            stats.add(&o.stats);
+            rows.extend(o.rows);
         }
-        Ok(())
+        drop(landing);
+        for (item, row) in rows {
+            match row {
+                Some(r) => self.cache.insert(item, r),
+                None => self.cache.remove(&item),
+            };
+        }
+        self.stats.add(&stats);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// One shard's items, `batch_rows` at a time. A shard's batches run one after another:
