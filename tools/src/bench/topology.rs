@@ -73,6 +73,10 @@ pub struct BenchArgs {
     /// recovery measurements.
     #[arg(long, value_delimiter = ',', default_values_t = [0.5, 0.75])]
     pub live_fractions: Vec<f64>,
+    /// One live phase at this many events/s instead of the fractions (runs side by side
+    /// at one rate: a fraction of each run's own drained rate differs run to run).
+    #[arg(long)]
+    pub live_rate: Option<f64>,
     /// Skip the kill -9 and graceful restarts (a quicker run for staleness work).
     #[arg(long)]
     pub no_recovery: bool,
@@ -99,6 +103,9 @@ impl BenchArgs {
             || self.live_fractions.iter().any(|f| !(*f > 0.0 && *f <= 1.0))
         {
             anyhow::bail!("--live-fractions: one or more fractions in (0, 1]");
+        }
+        if self.live_rate.is_some_and(|r| !(r >= 1.0)) {
+            anyhow::bail!("--live-rate: events/s, at least 1");
         }
         Ok(())
     }
@@ -444,8 +451,16 @@ pub async fn topology(
     //    warm-up, not measured: the stages are still settling the backlog's (or the last
     //    phase's) aftermath (RocksDB compactions, the sink's last rounds).
     let mut produced = args.events;
-    for &fraction in &args.live_fractions {
-        let rate = (report.topology_events_per_s * fraction).max(1.0);
+    let drained = report.topology_events_per_s;
+    let phases: Vec<(f64, f64)> = match args.live_rate {
+        Some(rate) => vec![(rate / drained, rate)],
+        None => args
+            .live_fractions
+            .iter()
+            .map(|&f| (f, (drained * f).max(1.0)))
+            .collect(),
+    };
+    for (fraction, rate) in phases {
         let warmup_events = (rate * LIVE_WARMUP.as_secs_f64()) as u64;
         let live_events = warmup_events + (rate * args.live_seconds as f64) as u64;
         let (before, before_dedupe) =
