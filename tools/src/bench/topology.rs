@@ -104,7 +104,7 @@ impl BenchArgs {
         {
             anyhow::bail!("--live-fractions: one or more fractions in (0, 1]");
         }
-        if self.live_rate.is_some_and(|r| !(r >= 1.0)) {
+        if self.live_rate.is_some_and(|r| r.is_nan() || r < 1.0) {
             anyhow::bail!("--live-rate: events/s, at least 1");
         }
         Ok(())
