@@ -306,7 +306,6 @@ async fn run_one(
     };
     strikes.run(&plan, &load, started).await?;
     let jobs = std::mem::take(&mut strikes.jobs);
-    // The topology the run's processes read now (a window change records another).
     let now_topology = strikes.topology.clone();
     let (mut struck, max_drift, env, erased, outages) = (
         strikes.struck,
@@ -353,15 +352,13 @@ async fn run_one(
             o.push_str(&format!("{name}: {status}"));
         }
     }
-    let mut drained_after_s = drain(
-        &mut fleet,
-        &session,
-        &namespace,
-        &settings,
-        &now_topology,
-        interrupted,
-    )
-    .await?;
+    let watched = Watched {
+        session: &session,
+        namespace: &namespace,
+        settings: &settings,
+        topology: &now_topology,
+    };
+    let mut drained_after_s = drain(&mut fleet, &watched, interrupted).await?;
     let mut recount_queue = None;
     if drained_after_s.is_none() && !interrupted.is_cancelled() {
         // What the pipeline could not count exactly (flips dead-lettered, or counted on a
@@ -375,15 +372,7 @@ async fn run_one(
         )?;
         let done = finish_jobs(vec![(0.0, job)], &mut fleet, interrupted).await?;
         recount_queue = done.into_iter().next().map(|d| d.2);
-        drained_after_s = drain(
-            &mut fleet,
-            &session,
-            &namespace,
-            &settings,
-            &now_topology,
-            interrupted,
-        )
-        .await?;
+        drained_after_s = drain(&mut fleet, &watched, interrupted).await?;
     }
     let seen = live
         .edges
@@ -517,18 +506,31 @@ fn process_env(settings: &Settings, dir: &std::path::Path) -> Vec<(String, Strin
     )
 }
 
+/// The run's namespace as the drain reads it: its counts, and its pipeline's offsets.
+#[derive(Clone, Copy)]
+struct Watched<'a> {
+    session: &'a Arc<scylla::client::session::Session>,
+    namespace: &'a str,
+    settings: &'a Settings,
+    /// The topology the run's processes read now (a window change records another).
+    topology: &'a Topology,
+}
+
 /// Waits, supervising, until no item drifts; returns how long that took, or None when the
 /// pipeline has passed a cut taken now and items still drift (what stage 1 could not count
 /// exactly past a short horizon is the recount queue's: waiting longer changes nothing), or
 /// [`DRAIN`] passed, or Ctrl-C.
 async fn drain(
     fleet: &mut Fleet,
-    session: &Arc<scylla::client::session::Session>,
-    namespace: &str,
-    settings: &Settings,
-    topology: &Topology,
+    watched: &Watched<'_>,
     interrupted: &CancellationToken,
 ) -> Result<Option<f64>> {
+    let Watched {
+        session,
+        namespace,
+        settings,
+        topology,
+    } = *watched;
     let load_end = Instant::now();
     // The cut is waited for beside the polls, so that the fleet stays supervised: a stage
     // killed last must come back for the pipeline to pass it.
