@@ -17,7 +17,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: hostile rocksdb bench-rocksdb bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import bench-sweep
+.PHONY: checker chaos-selftest hostile rocksdb bench-rocksdb bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import bench-sweep
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -148,7 +148,19 @@ RATE ?= 150
 HORIZON ?=
 # Chaos runs the product built with fail points: one API's clock is set off by a test-only
 # environment variable (LIKES_TEST_CLOCK_SKEW_MS).
-chaos-build: build
+CHECKER := $(LIKES_CACHE)/bin/likes-linearizability
+
+chaos-build: build checker
+
+checker: ## Build the history checker of the chaos runs (Go + Porcupine, tools/linearizability) and run its tests
+	cd tools/linearizability && go test ./... && go build -o $(CHECKER) .
+
+# The checker must report a bug: an API that acknowledges 2 % of writes it never makes.
+chaos-selftest: up stack-prune ## A 20 s chaos run with a fail point that loses acknowledged writes: it must FAIL the history check (exit 0 when it does)
+	@RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed 9 --runs 1 --seconds 20 --rate 60 --no-faults \
+	  --api-failpoints 'api-lose-write=3%return' --report $(LIKES_CACHE)/chaos-selftest.json; rc=$$?; \
+	python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]["linearizability"]; print("chaos-selftest: illegal edges", r["illegal"], "of", r["edges"]); sys.exit(0 if r["illegal"] > 0 else 1)' $(LIKES_CACHE)/chaos-selftest.json \
+	  && [ $$rc -ne 0 ] && echo "chaos-selftest: the run failed as it must" || { echo "chaos-selftest: the lost writes went unreported" >&2; exit 1; }
 
 chaos: up stack-prune ## Fault runs: kill -9 of every process, the broker and Cassandra, two reconciles at once, 3 APIs (one skewed) under load; HORIZON=30 for a short dedupe horizon; exact counts or a non-zero exit
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \

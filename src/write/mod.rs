@@ -288,6 +288,15 @@ impl Writer {
                 .increment(1);
             return Err(WriteError::ClockOff(why.to_string()));
         }
+        // Chaos self-test (`likes-tools chaos --api-failpoints api-lose-write=...`): answers
+        // a flip it never makes, the bug the history check must report (docs/testing.md).
+        fail::fail_point!("api-lose-write", |_| Ok(WriteAnswer {
+            item_id: item.to_string(),
+            user_id: user.to_string(),
+            liked,
+            changed: true,
+            op_id: 1,
+        }));
         // A range's flips are stamped no earlier than when it came home here: stage 1 leaves
         // the flips before that to the previous home (docs/multi-region.md).
         let now = now_ms().max(home.since_ms);

@@ -15,6 +15,15 @@ pub fn dir() -> PathBuf {
         })
 }
 
+/// The project's cache (jars, built tools): `LIKES_CACHE`, else `~/.cache/likes`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("LIKES_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/likes")
+        })
+}
+
 /// The repository's `stack/stack.sh`.
 pub fn script() -> PathBuf {
     crate::repo::root().join("stack/stack.sh")

@@ -83,8 +83,8 @@ impl Target {
         })
     }
 
-    /// Sends one operation; Ok(()) or the reason it failed (an HTTP status or an error).
-    async fn send(&self, op: &Op) -> std::result::Result<(), String> {
+    /// Sends one operation; what the API answered (the HTTP target's body) or why it failed.
+    async fn send(&self, op: &Op) -> std::result::Result<Reply, Failed> {
         match self {
             Target::Http {
                 http,
@@ -93,30 +93,45 @@ impl Target {
                 expires_s,
             } => {
                 let url = &urls[rand::random_range(0..urls.len())];
-                let req = if op.like {
+                let edge = format!("{url}/v1/items/{}/likes/{}", op.item, op.user);
+                let req = if op.read {
+                    http.get(edge)
+                } else if op.like {
                     http.post(format!("{url}/v1/items/{}/likes", op.item))
                 } else {
-                    http.delete(format!("{url}/v1/items/{}/likes/{}", op.item, op.user))
+                    http.delete(edge)
                 };
-                let r = req
-                    .bearer_auth(signer.sign(&op.user, *expires_s))
-                    .header("Idempotency-Key", &op.key)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        if e.is_timeout() {
-                            "timeout".to_string()
-                        } else {
-                            "connection".to_string()
-                        }
-                    })?;
+                let mut req = req.bearer_auth(signer.sign(&op.user, *expires_s));
+                if !op.read {
+                    req = req.header("Idempotency-Key", &op.key);
+                }
+                let r = req.send().await.map_err(|e| {
+                    if e.is_connect() {
+                        // Never reached the API: nothing was done.
+                        Failed::not_done("connection")
+                    } else if e.is_timeout() {
+                        Failed::unknown("timeout")
+                    } else {
+                        Failed::unknown("connection")
+                    }
+                })?;
                 match r.status().as_u16() {
-                    200..=299 => Ok(()),
-                    429 | 503 => Err(format!(
-                        "{} (shed by admission or a dependency)",
-                        r.status().as_u16()
-                    )),
-                    code => Err(code.to_string()),
+                    200..=299 => r.json::<Reply>().await.map_err(|e| Failed {
+                        why: format!("unreadable answer: {e}"),
+                        unknown: true,
+                    }),
+                    // Shed at the door: nothing was done.
+                    429 => Err(Failed::not_done("429 (shed by admission or a dependency)")),
+                    // Shed, or a dependency failed after part of the work: the write may land.
+                    503 => Err(Failed::unknown("503 (shed by admission or a dependency)")),
+                    code @ (400..=499) if code != 408 => Err(Failed {
+                        why: code.to_string(),
+                        unknown: false,
+                    }),
+                    code => Err(Failed {
+                        why: code.to_string(),
+                        unknown: true,
+                    }),
                 }
             }
             Target::Kafka {
@@ -143,9 +158,43 @@ impl Target {
                         Duration::from_secs(30),
                     )
                     .await
-                    .map(|_| ())
-                    .map_err(|(e, _)| format!("kafka: {e}"))
+                    .map(|_| Reply::default())
+                    .map_err(|(e, _)| Failed::unknown(&format!("kafka: {e}")))
             }
+        }
+    }
+}
+
+/// What the API answered a request: a write's answer, or the actor's read (`liked` only).
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize)]
+pub struct Reply {
+    #[serde(default)]
+    pub liked: bool,
+    #[serde(default)]
+    pub changed: bool,
+    #[serde(default, rename = "opId")]
+    pub op_id: i64,
+}
+
+/// Why a request failed, and whether it may still have taken effect.
+#[derive(Debug, Clone)]
+pub struct Failed {
+    pub why: String,
+    /// A timeout, a 5xx or a broken connection: the write may land, now or later.
+    pub unknown: bool,
+}
+
+impl Failed {
+    fn not_done(why: &str) -> Self {
+        Failed {
+            why: why.into(),
+            unknown: false,
+        }
+    }
+    fn unknown(why: &str) -> Self {
+        Failed {
+            why: why.into(),
+            unknown: true,
         }
     }
 }
@@ -156,6 +205,8 @@ pub struct Op {
     pub item: String,
     pub user: String,
     pub like: bool,
+    /// The actor's own read of the edge (`like` unused).
+    pub read: bool,
     pub key: String,
     /// A resend of an earlier request, same key.
     pub retry: bool,
@@ -219,6 +270,7 @@ pub async fn run(settings: &Settings, topology: &Topology, a: &LoadgenArgs) -> R
         retry_share: a.retry_share,
         relike_share: 0.0,
         relike_after_ms: 0,
+        read_share: 0.0,
         seed: a.seed,
         run_id: format!("lg{}", likes::runtime::clock::now_ms()),
     });
@@ -245,6 +297,9 @@ pub struct MixArgs {
     pub relike_share: f64,
     /// An unliked edge is liked again no sooner than this after its unlike, ms.
     pub relike_after_ms: i64,
+    /// Share of requests that are the actor's own read of an edge the mix wrote (HTTP only;
+    /// `likes-tools chaos` checks them against the writes, docs/testing.md).
+    pub read_share: f64,
     pub seed: u64,
     /// Prefixes user ids and request keys, so runs never collide.
     pub run_id: String,
@@ -282,6 +337,25 @@ impl Mix {
 
     fn next(&mut self) -> Op {
         let now = likes::runtime::clock::now_ms();
+        let written = self.liked.len() + self.unliked.len();
+        if self.args.read_share > 0.0 && written > 0 && self.rng.random_bool(self.args.read_share) {
+            let j = self.rng.random_range(0..written);
+            let (item, user, _) = if j < self.liked.len() {
+                &self.liked[j]
+            } else {
+                &self.unliked[j - self.liked.len()]
+            };
+            return Op {
+                item: item.clone(),
+                user: user.clone(),
+                like: false,
+                read: true,
+                key: String::new(),
+                retry: false,
+                at_ms: now,
+                prev_at_ms: 0,
+            };
+        }
         if !self.recent.is_empty() && self.rng.random_bool(self.args.retry_share) {
             let j = self.rng.random_range(0..self.recent.len());
             let mut op = self.recent[j].clone();
@@ -299,6 +373,7 @@ impl Mix {
             item,
             user,
             like,
+            read: false,
             key: key.clone(),
             retry: false,
             at_ms: now.max(at + 1),
@@ -332,6 +407,7 @@ impl Mix {
                 item,
                 user,
                 like: true,
+                read: false,
                 key,
                 retry: false,
                 at_ms: now,
@@ -401,6 +477,29 @@ pub struct Live {
     /// When set, every request's outcome, in the order they ended: availability over any
     /// stretch of the run (a broker outage's, say) is read from it afterwards.
     pub answers: Option<Mutex<Vec<Answer>>>,
+    /// When set, every operation with its call and return times and its outcome, the
+    /// actor's reads included: the history `likes-tools chaos` checks for linearizability.
+    pub history: Option<Mutex<Vec<Recorded>>>,
+    /// The actor's reads sent, and answered 2xx (not in `sent` and `ok`, which count writes).
+    pub reads: AtomicU64,
+    pub reads_ok: AtomicU64,
+}
+
+/// One operation of the history, as tools/linearizability reads it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Recorded {
+    pub item: String,
+    pub user: String,
+    /// like, unlike or read.
+    pub op: &'static str,
+    pub key: String,
+    /// From [`Live::t0`], µs.
+    pub call_us: i64,
+    /// None: the outcome is unknown (it may take effect at any time after the call).
+    pub return_us: Option<i64>,
+    pub liked: bool,
+    pub changed: bool,
+    pub op_id: i64,
 }
 
 /// One request's outcome.
@@ -464,6 +563,41 @@ impl Live {
         }
     }
 
+    /// [`Live::tracking_edges`], and the history of every operation.
+    pub fn recording_history() -> Self {
+        Live {
+            history: Some(Mutex::new(Vec::new())),
+            ..Live::tracking_edges()
+        }
+    }
+
+    fn record(&self, op: &Op, call_us: i64, sent: &std::result::Result<Reply, Failed>) {
+        let Some(history) = &self.history else {
+            return;
+        };
+        let now_us = self.t0.elapsed().as_micros() as i64;
+        let (return_us, reply) = match sent {
+            Ok(reply) => (Some(now_us), *reply),
+            Err(f) if !f.unknown => return,
+            Err(_) => (None, Reply::default()),
+        };
+        history.lock().unwrap().push(Recorded {
+            item: op.item.clone(),
+            user: op.user.clone(),
+            op: match (op.read, op.like) {
+                (true, _) => "read",
+                (false, true) => "like",
+                (false, false) => "unlike",
+            },
+            key: op.key.clone(),
+            call_us,
+            return_us,
+            liked: reply.liked,
+            changed: reply.changed,
+            op_id: reply.op_id,
+        });
+    }
+
     fn see(&self, op: &Op, f: impl FnOnce(&mut EdgeSeen)) {
         if let Some(edges) = &self.edges {
             f(edges
@@ -493,6 +627,9 @@ impl Default for Live {
             edges: None,
             t0: Instant::now(),
             answers: None,
+            history: None,
+            reads: AtomicU64::new(0),
+            reads_ok: AtomicU64::new(0),
         }
     }
 }
@@ -565,13 +702,27 @@ pub async fn drive(target: Arc<Target>, mix: &mut Mix, phases: &[Phase], live: A
             let due = start + Duration::from_secs_f64(i as f64 / phase.rate);
             tokio::time::sleep_until(due.into()).await;
             while tasks.try_join_next().is_some() {}
-            live.sent.fetch_add(1, Ordering::Relaxed);
             if tasks.len() >= MAX_IN_FLIGHT {
+                live.sent.fetch_add(1, Ordering::Relaxed);
                 live.fail("generator: in-flight cap".into());
                 live.answered(due, false);
                 continue;
             }
             let op = mix.next();
+            if op.read {
+                live.reads.fetch_add(1, Ordering::Relaxed);
+                let (target, live) = (target.clone(), live.clone());
+                tasks.spawn(async move {
+                    let call_us = live.t0.elapsed().as_micros() as i64;
+                    let sent = target.send(&op).await;
+                    live.record(&op, call_us, &sent);
+                    if sent.is_ok() {
+                        live.reads_ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                continue;
+            }
+            live.sent.fetch_add(1, Ordering::Relaxed);
             live.see(&op, |e| {
                 if !op.like && !op.retry && !e.unlike_sent {
                     e.unlike_clean = e.like_acked && e.pending == 0 && !e.failed;
@@ -584,14 +735,16 @@ pub async fn drive(target: Arc<Target>, mix: &mut Mix, phases: &[Phase], live: A
             });
             let (target, live) = (target.clone(), live.clone());
             tasks.spawn(async move {
+                let call_us = live.t0.elapsed().as_micros() as i64;
                 let sent = target.send(&op).await;
+                live.record(&op, call_us, &sent);
                 live.see(&op, |e| {
                     e.pending -= 1;
                     e.failed |= sent.is_err();
                 });
                 live.answered(due, sent.is_ok());
                 match sent {
-                    Ok(()) => {
+                    Ok(_) => {
                         let us = due.elapsed().as_micros() as u64;
                         live.latency_us.lock().unwrap().saturating_record(us.max(1));
                         live.ok.fetch_add(1, Ordering::Relaxed);
@@ -605,7 +758,7 @@ pub async fn drive(target: Arc<Target>, mix: &mut Mix, phases: &[Phase], live: A
                                 if op.like { 1 } else { -1 };
                         }
                     }
-                    Err(why) => {
+                    Err(Failed { why, .. }) => {
                         if why.starts_with("429") || why.starts_with("503") {
                             let us = due.elapsed().as_micros() as u64;
                             live.shed_us.lock().unwrap().saturating_record(us.max(1));
@@ -720,6 +873,7 @@ mod tests {
             retry_share: 0.1,
             relike_share: 0.0,
             relike_after_ms: 0,
+            read_share: 0.0,
             seed: 1,
             run_id: "t".into(),
         });
@@ -761,6 +915,7 @@ mod tests {
             retry_share: 0.0,
             relike_share: 0.3,
             relike_after_ms: 0,
+            read_share: 0.0,
             seed: 2,
             run_id: "r".into(),
         });

@@ -167,6 +167,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
         retry_share: 0.05,
         relike_share: 0.0,
         relike_after_ms: 0,
+        read_share: 0.0,
         seed: 45,
         run_id: format!("ab{stamp}"),
     });

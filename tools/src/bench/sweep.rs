@@ -362,6 +362,7 @@ async fn measure(
         retry_share: 0.05,
         relike_share: 0.0,
         relike_after_ms: 0,
+        read_share: 0.0,
         seed: 42,
         run_id: format!("sw{stamp}"),
     });

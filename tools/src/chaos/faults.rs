@@ -134,12 +134,12 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Starts api, dedupe, a second dedupe instance (`dedupe-2`: partitions move between the
+    /// Starts the APIs (`api` first, with the relay), dedupe, a second dedupe instance (`dedupe-2`: partitions move between the
     /// two whenever either dies) and count.
     pub fn start(
         dir: &Path,
         env: Vec<(String, String)>,
-        more_apis: Vec<(&'static str, Vec<(String, String)>)>,
+        apis: Vec<(&'static str, Vec<(String, String)>)>,
     ) -> Result<Self> {
         let mut fleet = Self {
             dir: dir.to_path_buf(),
@@ -150,8 +150,10 @@ impl Fleet {
             "LIKES__DEDUPE__INSTANCE_ID".to_string(),
             "chaos-1".to_string(),
         )];
-        let mut procs = vec![("api", "api", vec![])];
-        procs.extend(more_apis.into_iter().map(|(name, env)| (name, "api", env)));
+        let mut procs: Vec<(&'static str, &'static str, Vec<(String, String)>)> = apis
+            .into_iter()
+            .map(|(name, env)| (name, "api", env))
+            .collect();
         procs.extend([
             ("dedupe", "dedupe", vec![]),
             ("dedupe-2", "dedupe", second),

@@ -14,6 +14,7 @@
 
 mod check;
 mod faults;
+mod history;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,6 +52,9 @@ pub struct ChaosArgs {
     /// Faults per run besides the broker and the Cassandra kill every run has.
     #[arg(long, default_value_t = 4)]
     pub extra_faults: usize,
+    /// No fault at all: the load and the checks alone (`make chaos-selftest`).
+    #[arg(long)]
+    pub no_faults: bool,
     /// Where the JSON report goes (rewritten after each run).
     #[arg(long, default_value = "chaos-report.json")]
     pub report: PathBuf,
@@ -70,6 +74,18 @@ pub struct ChaosArgs {
     /// checkout's stack/stack.sh].
     #[arg(long)]
     pub stack_script: Option<PathBuf>,
+    /// Share of requests that are the actor's own read of an edge it wrote (checked with the
+    /// writes for linearizability).
+    #[arg(long, default_value_t = 0.15)]
+    pub read_share: f64,
+    /// The linearizability checker [default: $LIKES_CACHE/bin/likes-linearizability, which
+    /// `make chaos-build` builds from tools/linearizability].
+    #[arg(long)]
+    pub checker: Option<PathBuf>,
+    /// Fail points armed in every API process (FAILPOINTS syntax; fail-point builds): e.g.
+    /// `api-lose-write=2%return` acknowledges writes it never makes, which the run must report.
+    #[arg(long)]
+    pub api_failpoints: Option<String>,
 }
 
 /// One run's report.
@@ -101,6 +117,8 @@ pub struct RunReport {
     /// down (only the count lags); a Cassandra outage does, failing fast.
     pub outages: Vec<Outage>,
     pub verdict: check::Verdict,
+    /// The client history, edge by edge: linearizable as a register with request keys.
+    pub linearizability: history::Linearizability,
     pub passed: bool,
     pub logs: String,
 }
@@ -230,7 +248,14 @@ async fn run_one(
     let topology = &topology;
     let (session, _) = crate::namespace::create(&settings, topology, false).await?;
     let mut urls = vec![format!("http://{}", settings.api.listen)];
-    let mut more_apis = Vec::new();
+    // Each API's own environment: its fail points, and its address and clock after the first.
+    let api_env = |mut e: Vec<(String, String)>| {
+        if let Some(fp) = &args.api_failpoints {
+            e.push(("FAILPOINTS".to_string(), fp.clone()));
+        }
+        e
+    };
+    let mut apis = vec![("api", api_env(Vec::new()))];
     for k in 2..=args.apis.max(1) {
         let port = free_port()?;
         urls.push(format!("http://127.0.0.1:{port}"));
@@ -244,16 +269,20 @@ async fn run_one(
         if k == args.apis {
             e.push(("LIKES_TEST_CLOCK_SKEW_MS".into(), args.skew_ms.to_string()));
         }
-        more_apis.push((API_NAMES[k - 2], e));
+        apis.push((API_NAMES[k - 2], api_env(e)));
     }
-    let mut fleet = Fleet::start(&dir, env.clone(), more_apis)?;
+    let mut fleet = Fleet::start(&dir, env.clone(), apis)?;
     let url = urls[0].clone();
     // Readiness through the APIs only; the stages are supervised from here on.
     for u in &urls {
         wait_ready(u, &mut Vec::new(), &dir).await?;
     }
 
-    let plan = faults::schedule(seed, args.seconds as f64, args.extra_faults);
+    let plan = if args.no_faults {
+        Vec::new()
+    } else {
+        faults::schedule(seed, args.seconds as f64, args.extra_faults)
+    };
     say(&format!(
         "chaos: seed {seed}: {} faults planned",
         plan.len()
@@ -261,7 +290,7 @@ async fn run_one(
     for p in &plan {
         say(&format!("  t={:>5.1}s {:?}", p.at_s, p.fault));
     }
-    let live = Arc::new(Live::tracking_edges());
+    let live = Arc::new(Live::recording_history());
     let _ = url;
     let target = Arc::new(Target::http_spread(&settings, &urls)?);
     let mut mix = Mix::new(MixArgs {
@@ -273,6 +302,7 @@ async fn run_one(
         relike_share: 0.1,
         // Past a short horizon by then; the last seconds' unlikes stay, for the checks.
         relike_after_ms: 15_000,
+        read_share: args.read_share,
         seed,
         run_id: format!("c{seed}x{stamp}"),
     });
@@ -381,7 +411,18 @@ async fn run_one(
         .unwrap_or_default();
     let verdict = check::verdict(&session, &settings, topology, &seen, &erased).await?;
     fleet.stop();
-    let passed = verdict.passed();
+    let recorded = live
+        .history
+        .as_ref()
+        .map(|h| std::mem::take(&mut *h.lock().unwrap()));
+    let linearizability = history::check(
+        &recorded.unwrap_or_default(),
+        &erased,
+        &dir,
+        &history::checker(args.checker.as_deref()),
+    )?;
+    say(&format!("chaos: seed {seed}: history: {linearizability}"));
+    let passed = verdict.passed() && linearizability.passed();
     let processes = fleet
         .tally()
         .into_iter()
@@ -412,6 +453,7 @@ async fn run_one(
         max_items_behind_mid_run: max_drift,
         outages,
         verdict,
+        linearizability,
         passed,
         logs: dir.display().to_string(),
     })

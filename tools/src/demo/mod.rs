@@ -126,6 +126,7 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
         retry_share: 0.05,
         relike_share: 0.0,
         relike_after_ms: 0,
+        read_share: 0.0,
         seed: likes::runtime::clock::now_ms() as u64,
         run_id: format!("demo{}", likes::runtime::clock::now_ms()),
     });
