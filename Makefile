@@ -17,7 +17,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: checker chaos-selftest hostile rocksdb bench-rocksdb bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import bench-sweep
+.PHONY: checker chaos-selftest up-cluster down-cluster chaos-cluster hostile rocksdb bench-rocksdb bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import bench-sweep
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -151,6 +151,19 @@ HORIZON ?=
 CHECKER := $(LIKES_CACHE)/bin/likes-linearizability
 
 chaos-build: build checker
+	@stack/prereqs.sh chaos
+
+up-cluster: ## Start the replicated stack: 3 Kafka brokers (KRaft, RF 3) on 127.0.1.1-3 and 3 Cassandra nodes (RF 3) on 127.0.2.1-3
+	@stack/prereqs.sh stack
+	@stack/cluster.sh up
+
+down-cluster: ## Stop the replicated stack
+	@stack/cluster.sh down
+
+# `make chaos-cluster RUNS=20 SEED=1`: seeds SEED..SEED+RUNS-1 on the replicated stack.
+chaos-cluster: up-cluster chaos-build ## Fault runs on the replicated stack: leader bounces, a Cassandra node killed, partitions, pauses, clock skews; every edge's history checked for linearizability
+	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --cluster --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \
+	  --report $(LIKES_CACHE)/chaos-cluster-report.json
 
 checker: ## Build the history checker of the chaos runs (Go + Porcupine, tools/linearizability) and run its tests
 	cd tools/linearizability && go test ./... && go build -o $(CHECKER) .

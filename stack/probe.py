@@ -4,6 +4,8 @@
   probe.py kafka HOST:PORT      a Metadata request answered with at least one broker
   probe.py cql HOST:PORT        SELECT release_version FROM system.local answered
   probe.py dcs HOST:PORT        the node sees PROBE_DCS (2) datacenters: its own and its peers'
+  probe.py nodes HOST:PORT      the node sees PROBE_NODES (3) nodes: itself and its peers
+                                (kafka: PROBE_BROKERS, default 1, brokers in metadata)
   probe.py port HOST:PORT       exit 0 if something listens there
 
 Prints one line on success; exits non-zero otherwise. Used by stack.sh.
@@ -39,8 +41,9 @@ def kafka(addr):
         (size,) = struct.unpack(">i", _recv_exact(s, 4))
         resp = _recv_exact(s, size)
     (_corr, nbrokers) = struct.unpack(">ii", resp[:8])
-    if nbrokers < 1:
-        raise RuntimeError("no broker registered yet")
+    want = int(os.environ.get("PROBE_BROKERS", "1"))
+    if nbrokers < want:
+        raise RuntimeError(f"{nbrokers} broker(s) registered, not yet {want}")
     return f"kafka {addr}: {nbrokers} broker(s) in metadata"
 
 
@@ -108,13 +111,24 @@ def dcs(addr):
     return f"cassandra {addr}: datacenters {', '.join(sorted(set(seen)))}"
 
 
+def nodes(addr):
+    """The nodes the node at addr knows: itself and its peers."""
+    # Text columns only: the bare parser below reads no other type.
+    seen = _cql_column(addr, "SELECT data_center FROM system.local")
+    seen += _cql_column(addr, "SELECT data_center FROM system.peers_v2")
+    want = int(os.environ.get("PROBE_NODES", "3"))
+    if len(seen) < want:
+        raise RuntimeError(f"knows {len(seen)} node(s), not yet {want}")
+    return f"cassandra {addr}: {len(seen)} nodes in the ring"
+
+
 def port(addr):
     with _connect(addr, timeout=1.0):
         return f"{addr}: in use"
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("kafka", "cql", "dcs", "port"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("kafka", "cql", "dcs", "nodes", "port"):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     try:

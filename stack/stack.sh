@@ -34,6 +34,7 @@ CASSANDRA_STORAGE_PORT="${CASSANDRA_STORAGE_PORT:-7000}"
 KAFKA_HEAP="${KAFKA_HEAP:-512m}"
 CASSANDRA_HEAP="${CASSANDRA_HEAP:-1g}"
 REGION_HEAP="${REGION_HEAP:-768m}"
+CLUSTER_HEAP="${CLUSTER_HEAP:-512m}"
 REGION_A_ADDRESS="${REGION_A_ADDRESS:-127.0.0.2}"
 REGION_B_ADDRESS="${REGION_B_ADDRESS:-127.0.0.3}"
 KAFKA_JARS="$CACHE/jars/kafka-$KAFKA_VERSION"
@@ -81,8 +82,8 @@ pid_alive() {
   [[ -f "$pidfile" ]] || return 1
   pid="$(cat "$pidfile")"
   case "$(basename "$pidfile")" in
-    kafka.pid) main=kafka.Kafka ;;
-    cassandra.pid | cassandra-region-?.pid) main=org.apache.cassandra.service.CassandraDaemon ;;
+    kafka.pid | cluster-kafka-?.pid) main=kafka.Kafka ;;
+    cassandra.pid | cassandra-region-?.pid | cluster-cassandra-?.pid) main=org.apache.cassandra.service.CassandraDaemon ;;
     *) return 1 ;;
   esac
   kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$main"
@@ -114,6 +115,12 @@ node_conf() {
     cassandra)
       N_CLUSTER=likes-dev N_ADDRESS=127.0.0.1 N_TOKEN=0 N_SNITCH=SimpleSnitch N_DC=
       N_SEEDS="127.0.0.1:$CASSANDRA_STORAGE_PORT" N_HEAP=$CASSANDRA_HEAP ;;
+    cluster-cassandra-[123])
+      # The replicated stack (stack/cluster.sh): three nodes of one datacenter, RF 3.
+      local k=${1##*-}
+      N_CLUSTER=likes-cluster N_SNITCH=SimpleSnitch N_DC= N_ADDRESS=127.0.2.$k
+      N_SEEDS="127.0.2.1:$CASSANDRA_STORAGE_PORT" N_HEAP=$CLUSTER_HEAP
+      N_TOKEN=$(( (k - 2) * 6148914691236517205 )) ;;
     cassandra-region-a | cassandra-region-b)
       N_CLUSTER=likes-regions N_SNITCH=GossipingPropertyFileSnitch N_DC=${1#cassandra-}
       N_SEEDS="$REGION_A_ADDRESS:$CASSANDRA_STORAGE_PORT" N_HEAP=$REGION_HEAP
@@ -361,6 +368,9 @@ status() {
 running() {
   pid_alive "$STATE/kafka.pid" && pid_alive "$STATE/cassandra.pid"
 }
+
+# Sourced by stack/cluster.sh for its functions: no verb to run then.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 
 case "${1:-}" in
   up) up ;;

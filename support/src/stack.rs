@@ -38,11 +38,16 @@ pub fn kill9(stack_dir: &Path, name: &str) -> Result<(), String> {
         .map_err(|e| format!("{}: {e} (is the stack up?)", pidfile.display()))?;
     let pid = pid.trim().to_string();
     let main = match name {
-        "kafka" => "kafka.Kafka",
-        "cassandra" | "cassandra-region-a" | "cassandra-region-b" => "CassandraDaemon",
+        "kafka" | "cluster-kafka-1" | "cluster-kafka-2" | "cluster-kafka-3" => "kafka.Kafka",
+        "cassandra"
+        | "cassandra-region-a"
+        | "cassandra-region-b"
+        | "cluster-cassandra-1"
+        | "cluster-cassandra-2"
+        | "cluster-cassandra-3" => "CassandraDaemon",
         other => {
             return Err(format!(
-                "the stack runs kafka, cassandra and the regions' cassandra-region-a and -b, not {other}"
+                "the stack runs kafka, cassandra, the regions' cassandra-region-a and -b and the replicated stack's cluster-kafka-1..3 and cluster-cassandra-1..3, not {other}"
             ))
         }
     };

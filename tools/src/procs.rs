@@ -129,12 +129,20 @@ fn start_bin(
         .with_context(|| format!("opening {}", log_path.display()))?;
     let mut cmd = Command::new(exe);
     cmd.args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
+        .envs(env.iter().filter(|(k, _)| k != RUN_AS).map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
     if own_group {
         cmd.process_group(0);
+    }
+    // The tool's own key, never passed on: a chaos run on the replicated stack runs each
+    // process under a uid of its own, which its partition rules match (chaos/cluster.rs).
+    if let Some((_, uid)) = env.iter().find(|(k, _)| k == RUN_AS) {
+        let uid: u32 = uid
+            .parse()
+            .map_err(|_| anyhow!("{RUN_AS}={uid} is not a uid"))?;
+        cmd.uid(uid).gid(uid);
     }
     let child = cmd
         .spawn()
@@ -148,6 +156,9 @@ fn start_bin(
         attached: !own_group,
     })
 }
+
+/// In a spawn's environment: the uid (and gid) to run the process as (see [`spawn`]).
+pub const RUN_AS: &str = "LIKES_TOOLS_RUN_AS";
 
 /// Sends SIGTERM (the product drains on it) and waits for the exit.
 pub fn stop(p: &mut Proc) {

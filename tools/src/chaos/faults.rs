@@ -37,7 +37,25 @@ pub enum Fault {
     /// goes on: every like of theirs is taken back through the pipeline, their later writes
     /// are refused, and no like of theirs is left.
     Erase,
+    /// Replicated stack: kill -9 of the broker leading most of the run's partitions, in the
+    /// middle of both stages' transactions, started again after `down_s`.
+    LeaderBounce { down_s: u64 },
+    /// Replicated stack: kill -9 of one Cassandra node (1-3) under the LWTs, started again
+    /// after `down_s`; the other two keep a quorum.
+    CassandraNode { node: u8, down_s: u64 },
+    /// Replicated stack: every packet from `process` to the brokers and the Cassandra nodes
+    /// dropped (it keeps running, its connections stall: not a clean kill) for `heal_s`.
+    Partition { process: &'static str, heal_s: u64 },
+    /// SIGSTOP of `process` for `for_s` (past its group session or lease), then SIGCONT: a
+    /// GC or VM pause.
+    Pause { process: &'static str, for_s: u64 },
+    /// `process` restarted with its clock `by_s` off (libfaketime), within the run's
+    /// `cql.max_clock_skew`; it stays so until the run ends.
+    Skew { process: &'static str, by_s: i64 },
 }
+
+/// The processes a partition, a pause or a skew may strike.
+const STRUCK: [&str; 5] = ["api", "api-2", "dedupe", "dedupe-2", "count"];
 
 /// A fault and when it strikes, seconds into the load.
 #[derive(Debug, Clone, Serialize)]
@@ -104,6 +122,56 @@ pub fn schedule(seed: u64, seconds: f64, extra: usize) -> Vec<Planned> {
     planned
 }
 
+/// The schedule of a seed on the replicated stack: a leader bounce, a Cassandra node killed, a
+/// partition, a pause and a skew always (the four kinds a kill cannot make), then `extra`
+/// more of any kind, the single-node faults that still apply included; the skew never
+/// exceeds `max_skew_s`.
+pub fn schedule_cluster(seed: u64, seconds: f64, extra: usize, max_skew_s: i64) -> Vec<Planned> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let any = |rng: &mut StdRng, k: u32| match k {
+        0 => Fault::LeaderBounce {
+            down_s: rng.random_range(5..=20),
+        },
+        1 => Fault::CassandraNode {
+            node: rng.random_range(1..=3),
+            down_s: rng.random_range(5..=15),
+        },
+        2 => Fault::Partition {
+            process: STRUCK[rng.random_range(0..STRUCK.len())],
+            heal_s: rng.random_range(5..=20),
+        },
+        3 => Fault::Pause {
+            process: STRUCK[rng.random_range(0..STRUCK.len())],
+            for_s: rng.random_range(12..=25),
+        },
+        4 => Fault::Skew {
+            process: STRUCK[rng.random_range(0..STRUCK.len())],
+            by_s: rng.random_range(max_skew_s / 2..max_skew_s.max(2))
+                * if rng.random_bool(0.5) { 1 } else { -1 },
+        },
+        5 => Fault::Kill {
+            process: STRUCK[rng.random_range(0..STRUCK.len())],
+        },
+        6 => Fault::ReconcileTwice,
+        _ => Fault::Erase,
+    };
+    let mut faults: Vec<Fault> = (0..5).map(|k| any(&mut rng, k)).collect();
+    for _ in 0..extra {
+        let k = rng.random_range(0..8);
+        faults.push(any(&mut rng, k));
+    }
+    let mut planned: Vec<Planned> = faults
+        .into_iter()
+        .map(|fault| Planned {
+            at_s: (seconds * rng.random_range(0.1..0.8) * 10.0).round() / 10.0,
+            fault,
+            outcome: None,
+        })
+        .collect();
+    planned.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    planned
+}
+
 /// A `likes` process under supervision.
 struct Supervised {
     /// Its name in the report and its log file (`<name>.log`).
@@ -140,6 +208,7 @@ impl Fleet {
         dir: &Path,
         env: Vec<(String, String)>,
         apis: Vec<(&'static str, Vec<(String, String)>)>,
+        own: impl Fn(&'static str) -> Vec<(String, String)>,
     ) -> Result<Self> {
         let mut fleet = Self {
             dir: dir.to_path_buf(),
@@ -159,7 +228,8 @@ impl Fleet {
             ("dedupe-2", "dedupe", second),
             ("count", "count", vec![]),
         ]);
-        for (name, command, env) in procs {
+        for (name, command, mut env) in procs {
+            env.extend(own(name));
             let mut s = Supervised {
                 name,
                 command,
@@ -226,6 +296,25 @@ impl Fleet {
                 terminate(p);
             }
         }
+    }
+
+    /// Sets a variable of `name`'s environment alone from its next start on.
+    pub fn set_proc_env(&mut self, name: &str, key: &str, value: &str) {
+        if let Some(s) = self.procs.iter_mut().find(|s| s.name == name) {
+            set_var(&mut s.env, key, value);
+        }
+    }
+
+    /// Sends `signal` (STOP, CONT) to `name`, when it runs; false when it does not.
+    pub fn signal(&mut self, name: &str, signal: &str) -> bool {
+        let Some(p) = self.procs.iter().find(|s| s.name == name).and_then(|s| s.proc.as_ref())
+        else {
+            return false;
+        };
+        std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &p.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
     }
 
     /// Sets a variable of every process's environment from its next start on.

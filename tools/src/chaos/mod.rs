@@ -13,6 +13,7 @@
 //! replays its schedule; the load's timing is the machine's.
 
 mod check;
+mod cluster;
 mod faults;
 mod history;
 
@@ -52,6 +53,14 @@ pub struct ChaosArgs {
     /// Faults per run besides the broker and the Cassandra kill every run has.
     #[arg(long, default_value_t = 4)]
     pub extra_faults: usize,
+    /// Run on the replicated stack (`make up-cluster`: 3 brokers, 3 Cassandra nodes, RF 3)
+    /// with its faults: leader bounces, a Cassandra node killed, partitions, pauses, skews.
+    #[arg(long)]
+    pub cluster: bool,
+    /// Replicated stack: the widest clock skew a fault gives a process, seconds; the run's
+    /// `cql.max_clock_skew` (the bound the processes check) is set to it.
+    #[arg(long, default_value_t = 10)]
+    pub max_skew_s: u64,
     /// No fault at all: the load and the checks alone (`make chaos-selftest`).
     #[arg(long)]
     pub no_faults: bool,
@@ -232,9 +241,21 @@ async fn run_one(
     let stack_dir = likes_support::stack::dir();
     let dir = stack_dir.join("chaos").join(&namespace);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let settings = run_settings(base, &namespace)?;
+    let mut settings = run_settings(base, &namespace)?;
+    if args.cluster {
+        cluster::preflight()?;
+        settings = cluster::settings(settings, Duration::from_secs(args.max_skew_s));
+        // Each process runs as a uid of its own (its partition rules match it): the state
+        // folder must be theirs to write.
+        let state = dir.join("dedupe-state");
+        std::fs::create_dir_all(&state)?;
+        std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+    }
     let mut topology = topology.clone();
     let mut env = process_env(&settings, &dir);
+    if args.cluster {
+        env.extend(cluster::env(&settings));
+    }
     if let Some(h) = args.horizon {
         // The run's processes read a topology of their own: the same but for the horizon.
         topology.dedupe_ttl = Duration::from_secs(h);
@@ -271,7 +292,16 @@ async fn run_one(
         }
         apis.push((API_NAMES[k - 2], api_env(e)));
     }
-    let mut fleet = Fleet::start(&dir, env.clone(), apis)?;
+    let mut fleet = Fleet::start(&dir, env.clone(), apis, |name| {
+        if args.cluster {
+            vec![(
+                crate::procs::RUN_AS.to_string(),
+                cluster::uid_of(name).to_string(),
+            )]
+        } else {
+            Vec::new()
+        }
+    })?;
     let url = urls[0].clone();
     // Readiness through the APIs only; the stages are supervised from here on.
     for u in &urls {
@@ -280,6 +310,13 @@ async fn run_one(
 
     let plan = if args.no_faults {
         Vec::new()
+    } else if args.cluster {
+        faults::schedule_cluster(
+            seed,
+            args.seconds as f64,
+            args.extra_faults,
+            args.max_skew_s as i64,
+        )
     } else {
         faults::schedule(seed, args.seconds as f64, args.extra_faults)
     };
@@ -314,7 +351,11 @@ async fn run_one(
         let live = live.clone();
         tokio::spawn(async move { loadgen::drive(target, &mut mix, &phases, live).await })
     };
-    let stack_script = (args.stack_script.clone()).unwrap_or_else(likes_support::stack::script);
+    let mut stack_script =
+        (args.stack_script.clone()).unwrap_or_else(likes_support::stack::script);
+    if args.cluster {
+        stack_script = cluster::script(&stack_script);
+    }
     let mut strikes = Strikes {
         settings: &settings,
         topology: topology.clone(),
@@ -327,6 +368,9 @@ async fn run_one(
         struck: Vec::new(),
         max_drift: 0,
         down_until: None,
+        healing: None,
+        cluster: args.cluster,
+        max_skew_s: args.max_skew_s as i64,
         replaying: None,
         env: env.clone(),
         jobs: Vec::new(),
@@ -411,6 +455,9 @@ async fn run_one(
         .unwrap_or_default();
     let verdict = check::verdict(&session, &settings, topology, &seen, &erased).await?;
     fleet.stop();
+    if args.cluster {
+        cluster::teardown();
+    }
     let recorded = live
         .history
         .as_ref()
@@ -609,6 +656,12 @@ async fn drain(
     Ok(None)
 }
 
+/// What ends a partition or a pause.
+enum Heal {
+    Partition(&'static str),
+    Resume(&'static str),
+}
+
 /// A replay under way: the stage it holds stopped, and the reset's outcome.
 type Replaying = (
     &'static str,
@@ -633,6 +686,11 @@ struct Strikes<'a> {
     max_drift: usize,
     /// A killed dependency comes back at this time.
     down_until: Option<Instant>,
+    /// A partition healed or a paused process resumed at this time.
+    healing: Option<(Instant, Heal)>,
+    /// On the replicated stack.
+    cluster: bool,
+    max_skew_s: i64,
     replaying: Option<Replaying>,
     /// The processes' environment (for the operations jobs a fault starts; a window change
     /// changes it).
@@ -672,6 +730,19 @@ impl Strikes<'_> {
             } else if let Some(at) = self.down_until {
                 if Instant::now() >= at {
                     self.stack_back(started).await?;
+                }
+            } else if let Some((at, heal)) = &self.healing {
+                if Instant::now() >= *at {
+                    let outcome = match heal {
+                        Heal::Partition(p) => cluster::heal().map(|_| format!("{p}'s link healed")),
+                        Heal::Resume(p) => Ok(if self.fleet.signal(p, "CONT") {
+                            format!("{p} resumed")
+                        } else {
+                            format!("{p} had been restarted meanwhile")
+                        }),
+                    }?;
+                    say(&format!("  t={t:>5.1}s {outcome}"));
+                    self.healing = None;
                 }
             } else if self.interrupted.is_cancelled() {
                 return Ok(());
@@ -721,6 +792,17 @@ impl Strikes<'_> {
                 let mut env = self.env.clone();
                 env.push(("LIKES__OPS__WAIT_TIMEOUT".into(), "120s".into()));
                 for (name, reason) in [("reconcile-a", "chaos-a"), ("reconcile-b", "chaos-b")] {
+                    let mut env = env.clone();
+                    if self.cluster && name == "reconcile-b" {
+                        // An ops job on a host whose clock is off, within the bound.
+                        let by = -(self.max_skew_s / 2).max(1);
+                        env.extend(
+                            cluster::skew_env(by)
+                                .into_iter()
+                                .map(|(k, v)| (k.to_string(), v)),
+                        );
+                        self.note(format!("reconcile-b's clock {by:+} s"));
+                    }
                     let job = crate::procs::spawn_job(
                         &["reconcile", "--sample", "40", "--reason", reason],
                         name,
@@ -761,6 +843,43 @@ impl Strikes<'_> {
                 }
                 self.erased.push(user);
             }
+            Fault::LeaderBounce { down_s } => {
+                let leader = cluster::busiest_leader(self.settings, &self.topology)?;
+                faults::kill9_dependency(self.stack_dir, &format!("cluster-kafka-{leader}"))?;
+                self.note(format!("broker {leader} (leading most of the run's partitions)"));
+                self.outages
+                    .push(("kafka leader", self.live.t0.elapsed().as_secs_f64(), None));
+                self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
+            }
+            Fault::CassandraNode { node, down_s } => {
+                faults::kill9_dependency(self.stack_dir, &format!("cluster-cassandra-{node}"))?;
+                self.outages
+                    .push(("cassandra node", self.live.t0.elapsed().as_secs_f64(), None));
+                self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
+            }
+            Fault::Partition { process, heal_s } => {
+                cluster::partition(process)?;
+                self.healing = Some((
+                    Instant::now() + Duration::from_secs(*heal_s),
+                    Heal::Partition(process),
+                ));
+            }
+            Fault::Pause { process, for_s } => {
+                if self.fleet.signal(process, "STOP") {
+                    self.healing = Some((
+                        Instant::now() + Duration::from_secs(*for_s),
+                        Heal::Resume(process),
+                    ));
+                } else {
+                    self.note(format!("{process} was down: nothing to pause"));
+                }
+            }
+            Fault::Skew { process, by_s } => {
+                for (k, v) in cluster::skew_env(*by_s) {
+                    self.fleet.set_proc_env(process, k, &v);
+                }
+                self.fleet.kill9(process);
+            }
             Fault::Replay { stage, back_s } => {
                 self.fleet.hold(stage);
                 let group = self.settings.group(if *stage == "count" {
@@ -783,6 +902,17 @@ impl Strikes<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Adds to what came of the fault that struck last.
+    fn note(&mut self, what: String) {
+        if let Some(last) = self.struck.last_mut() {
+            let o = last.outcome.get_or_insert_with(String::new);
+            if !o.is_empty() {
+                o.push_str("; ");
+            }
+            o.push_str(&what);
+        }
     }
 
     /// The user with the most acknowledged likes so far (the first in name order of a tie).

@@ -1,0 +1,166 @@
+//! A chaos run on the replicated stack (`make up-cluster`, stack/cluster.sh): three brokers and
+//! three Cassandra nodes on loopback addresses of their own, and the faults only such a stack
+//! can take: a partition leader's broker killed mid-transaction, one Cassandra node of three
+//! killed under the LWTs, a process cut off from every node, a process frozen, a clock off.
+//!
+//! A partition drops packets (nftables, table `likes_chaos`), it does not kill: the process
+//! keeps running and its connections stall. Every process of the run has a uid of its own, so
+//! a rule matches one process's packets (`meta skuid`) on the loopback the nodes share — the
+//! way Jepsen cuts links with iptables. (A network namespace per process, the other way, cannot
+//! reach nodes bound to loopback addresses.)
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+
+use likes::config::Settings;
+use likes::topology::Topology;
+
+/// The brokers' and the Cassandra nodes' addresses (stack/cluster.sh).
+pub const BROKERS: &str = "127.0.1.1:9092,127.0.1.2:9092,127.0.1.3:9092";
+pub const CQL_NODES: [&str; 3] = ["127.0.2.1:9042", "127.0.2.2:9042", "127.0.2.3:9042"];
+const NODE_NETS: &str = "{ 127.0.1.0/24, 127.0.2.0/24 }";
+const TABLE: &str = "likes_chaos";
+
+/// The libfaketime library (Debian's `faketime`), preloaded into a skewed process.
+pub const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// The uid a run's process runs as: one per process name, above the system's range.
+pub fn uid_of(process: &str) -> u32 {
+    let names = ["api", "api-2", "api-3", "dedupe", "dedupe-2", "count"];
+    64_100 + names.iter().position(|n| *n == process).unwrap_or(names.len()) as u32
+}
+
+/// The settings of a run on the replicated stack: its nodes, three replicas of everything,
+/// and a clock bound wide enough for the skews (the relay's margin widened to match, as
+/// `Settings::validate` requires).
+pub fn settings(mut s: Settings, max_skew: Duration) -> Settings {
+    s.kafka.brokers = BROKERS.to_string();
+    s.kafka.replication_factor = 3;
+    s.cql.nodes = CQL_NODES.iter().map(|n| n.to_string()).collect();
+    s.cql.replication.factor = 3;
+    s.cql.max_clock_skew = max_skew;
+    s.api.relay_min_age = s
+        .api
+        .relay_min_age
+        .max(s.api.write_deadline + s.cql.request_timeout + max_skew * 2 + Duration::from_secs(1));
+    s
+}
+
+/// The same, for the processes' environment.
+pub fn env(s: &Settings) -> Vec<(String, String)> {
+    let nodes = s
+        .cql
+        .nodes
+        .iter()
+        .map(|n| format!("\"{n}\""))
+        .collect::<Vec<_>>()
+        .join(",");
+    vec![
+        ("LIKES__KAFKA__BROKERS".into(), s.kafka.brokers.clone()),
+        ("LIKES__KAFKA__REPLICATION_FACTOR".into(), "3".into()),
+        ("LIKES__CQL__NODES".into(), format!("[{nodes}]")),
+        ("LIKES__CQL__REPLICATION__FACTOR".into(), "3".into()),
+        (
+            "LIKES__CQL__MAX_CLOCK_SKEW".into(),
+            format!("{}ms", s.cql.max_clock_skew.as_millis()),
+        ),
+        (
+            "LIKES__API__RELAY_MIN_AGE".into(),
+            format!("{}ms", s.api.relay_min_age.as_millis()),
+        ),
+    ]
+}
+
+/// The environment that runs a process `by_s` seconds off (monotonic clocks left alone:
+/// timers and timeouts stay true, as on a host whose wall clock is off).
+pub fn skew_env(by_s: i64) -> Vec<(&'static str, String)> {
+    vec![
+        ("LD_PRELOAD", FAKETIME_LIB.to_string()),
+        ("FAKETIME", format!("{by_s:+}s")),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+    ]
+}
+
+/// What a run on the replicated stack needs of the machine, checked before it starts.
+pub fn preflight() -> Result<()> {
+    if !Path::new(FAKETIME_LIB).exists() {
+        return Err(anyhow!(
+            "{FAKETIME_LIB} is missing: the clock-skew faults need Debian's faketime (`make prereqs` installs it)"
+        ));
+    }
+    nft(&format!("add table inet {TABLE}"))
+        .context("the partition faults need nftables as root (`make prereqs` installs nft)")?;
+    heal()?;
+    Ok(())
+}
+
+/// Drops every packet `process` sends to a node until [`heal`].
+pub fn partition(process: &str) -> Result<()> {
+    nft(&format!(
+        "add rule inet {TABLE} out meta skuid {} ip daddr {NODE_NETS} drop comment \"{process}\"",
+        uid_of(process)
+    ))
+}
+
+/// Removes every partition rule.
+pub fn heal() -> Result<()> {
+    nft(&format!(
+        "delete table inet {TABLE}; add table inet {TABLE}; add chain inet {TABLE} out {{ type filter hook output priority 0; }}"
+    ))
+}
+
+/// Removes the table at the end of a run.
+pub fn teardown() {
+    let _ = nft(&format!("delete table inet {TABLE}"));
+}
+
+fn nft(script: &str) -> Result<()> {
+    let out = Command::new("nft")
+        .arg(script)
+        .output()
+        .map_err(|e| anyhow!("nft: {e}"))?;
+    if !out.status.success() {
+        return Err(anyhow!(
+            "nft {script}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+/// The broker (1-3) leading most partitions of the run's events and deltas topics.
+pub fn busiest_leader(settings: &Settings, topology: &Topology) -> Result<i32> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &settings.kafka.brokers)
+        .create()
+        .map_err(|e| anyhow!("metadata client: {e}"))?;
+    let mut led: HashMap<i32, usize> = HashMap::new();
+    for topic in [&topology.topics.events.name, &topology.topics.deltas.name] {
+        let name = settings.topic(topic);
+        let md = consumer
+            .fetch_metadata(Some(&name), Duration::from_secs(10))
+            .map_err(|e| anyhow!("metadata of {name}: {e}"))?;
+        for t in md.topics() {
+            for p in t.partitions() {
+                if p.leader() >= 0 {
+                    *led.entry(p.leader()).or_default() += 1;
+                }
+            }
+        }
+    }
+    led.into_iter()
+        .max_by_key(|(id, n)| (*n, -id))
+        .map(|(id, _)| id)
+        .ok_or_else(|| anyhow!("no partition of the run's topics has a leader"))
+}
+
+/// The cluster's script (stack/cluster.sh beside the given stack script).
+pub fn script(stack_script: &Path) -> PathBuf {
+    stack_script.with_file_name("cluster.sh")
+}
