@@ -6,6 +6,7 @@
 # which stays the default for `make demo` and `make test`; both can run at once.
 #
 #   cluster.sh up        start what is down, wait until every node serves; idempotent
+#   cluster.sh start NODE  start one node (after a kill) and wait until it serves
 #   cluster.sh down      stop every node (by pid file)
 #   cluster.sh reset     down, then wipe the cluster's data
 #   cluster.sh status    what runs, with its address and resident memory
@@ -83,6 +84,22 @@ cluster_up() {
   say "cluster up in $((SECONDS - started)) s: kafka 127.0.1.1-3:9092, cql 127.0.2.1-3:9042"
 }
 
+cluster_start() {  # node name
+  local name="$1" k="${1##*-}"
+  STARTED=()
+  case "$name" in
+    cluster-kafka-[123])
+      start_cluster_kafka "$k" || abort_up "$name did not start"
+      PROBE_BROKERS=3 wait_ready "$name" "$STATE/$name.pid" "$STATE/logs/$name/server.log" 180 \
+        kafka "127.0.1.$k:9092" || abort_up "$name did not become ready" ;;
+    cluster-cassandra-[123])
+      start_cassandra "$name" || abort_up "$name did not start"
+      wait_ready "$name" "$STATE/$name.pid" "$STATE/logs/$name/system.log" 300 \
+        cql "127.0.2.$k:$CQL_PORT" || abort_up "$name did not become ready" ;;
+    *) die "no node named $name (cluster-kafka-1..3, cluster-cassandra-1..3)" ;;
+  esac
+}
+
 cluster_down() {
   local k
   for k in "${NODES[@]}"; do stop_one "cluster-kafka-$k"; done
@@ -105,8 +122,9 @@ cluster_status() {
 
 case "${1:-}" in
   up) cluster_up ;;
+  start) need_tools; cluster_start "${2:?cluster.sh start NODE}" ;;
   down) cluster_down ;;
   reset) cluster_down; rm -rf "$STATE"/cluster-kafka-? "$STATE"/cluster-cassandra-? "$STATE/cluster-kafka.id"; say "wiped the cluster's data" ;;
   status) cluster_status ;;
-  *) echo "usage: $0 up|down|reset|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|start NODE|down|reset|status" >&2; exit 2 ;;
 esac

@@ -7,7 +7,7 @@
 #     GROUP: stack (run Kafka and Cassandra), build (compile the crate), lint (buf),
 #            bench (the report's plots), deploy (make image, k8s-check, alerts-check),
 #            k8s (make k8s-e2e: a control plane on this machine),
-#            chaos (make chaos-cluster: the checker's Go, skews and partitions);
+#            chaos (make chaos-cluster: the checker's Go, nft for partitions);
 #            none given: stack build
 #     as root, installs what is missing (apt-get) and says what each package is for;
 #     otherwise, or with --check, prints the exact `apt-get install` line and exits 1
@@ -46,7 +46,6 @@ declare -A why=(
   [python3-venv]="a venv for kubernetes-validate and checkov from PyPI (\`make k8s-check\`)"
   [curl]="the image smoke run asks /healthz with it"
   [openssl]="the e2e control plane's certificates and token (\`make k8s-e2e\`)"
-  [faketime]="libfaketime: the chaos runs' clock-skew faults run a process with its clock off (\`make chaos-cluster\`)"
   [nftables]="nft: the chaos runs' partitions drop one process's packets to the nodes (\`make chaos-cluster\`)"
   [runc]="the OCI runtime podman falls back to where crun cannot run (cgroup v1, no CAP_SYS_RESOURCE)"
 )
@@ -84,7 +83,6 @@ fi
 if wants chaos; then
   # tools/linearizability, the chaos runs' history checker, is Go.
   has_cmd go || need+=(golang-go)
-  [[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ]] || need+=(faketime)
   has_cmd nft || need+=(nftables)
 fi
 if wants deploy; then

@@ -82,9 +82,19 @@ pub fn up_regions(script: &Path) -> Result<(), String> {
     run(script, "up-regions")
 }
 
+/// `stack/cluster.sh start NODE`: one node of the replicated stack, after a kill.
+pub fn start_node(cluster_script: &Path, node: &str) -> Result<(), String> {
+    run_args(cluster_script, &["start", node])
+}
+
 fn run(script: &Path, verb: &str) -> Result<(), String> {
+    run_args(script, &[verb])
+}
+
+fn run_args(script: &Path, args: &[&str]) -> Result<(), String> {
+    let verb = args.join(" ");
     let out = std::process::Command::new(script)
-        .arg(verb)
+        .args(args)
         .output()
         .map_err(|e| format!("{}: {e}", script.display()))?;
     if !out.status.success() {

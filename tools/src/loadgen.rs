@@ -122,8 +122,20 @@ impl Target {
                     }),
                     // Shed at the door: nothing was done.
                     429 => Err(Failed::not_done("429 (shed by admission or a dependency)")),
-                    // Shed, or a dependency failed after part of the work: the write may land.
-                    503 => Err(Failed::unknown("503 (shed by admission or a dependency)")),
+                    // Shed at the door by admission ("overloaded": nothing was done), or a
+                    // dependency failed after part of the work: the write may land.
+                    503 => {
+                        #[derive(serde::Deserialize)]
+                        struct Refusal {
+                            error: String,
+                        }
+                        match r.json::<Refusal>().await {
+                            Ok(b) if b.error == "overloaded" => {
+                                Err(Failed::not_done("503 overloaded (shed at the door)"))
+                            }
+                            _ => Err(Failed::unknown("503 (a dependency failed or was slow)")),
+                        }
+                    }
                     code @ (400..=499) if code != 408 => Err(Failed {
                         why: code.to_string(),
                         unknown: false,

@@ -137,12 +137,12 @@ fn start_bin(
         cmd.process_group(0);
     }
     // The tool's own key, never passed on: a chaos run on the replicated stack runs each
-    // process under a uid of its own, which its partition rules match (chaos/cluster.rs).
-    if let Some((_, uid)) = env.iter().find(|(k, _)| k == RUN_AS) {
-        let uid: u32 = uid
+    // process with a group id of its own, which its partition rules match (chaos/cluster.rs).
+    if let Some((_, gid)) = env.iter().find(|(k, _)| k == RUN_AS) {
+        let gid: u32 = gid
             .parse()
-            .map_err(|_| anyhow!("{RUN_AS}={uid} is not a uid"))?;
-        cmd.uid(uid).gid(uid);
+            .map_err(|_| anyhow!("{RUN_AS}={gid} is not a group id"))?;
+        cmd.gid(gid);
     }
     let child = cmd
         .spawn()
@@ -157,8 +157,8 @@ fn start_bin(
     })
 }
 
-/// In a spawn's environment: the uid (and gid) to run the process as (see [`spawn`]).
-pub const RUN_AS: &str = "LIKES_TOOLS_RUN_AS";
+/// In a spawn's environment: the group id to run the process with (see [`start_bin`]).
+pub const RUN_AS: &str = "LIKES_TOOLS_RUN_AS_GID";
 
 /// Sends SIGTERM (the product drains on it) and waits for the exit.
 pub fn stop(p: &mut Proc) {

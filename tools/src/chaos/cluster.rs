@@ -4,10 +4,11 @@
 //! killed under the LWTs, a process cut off from every node, a process frozen, a clock off.
 //!
 //! A partition drops packets (nftables, table `likes_chaos`), it does not kill: the process
-//! keeps running and its connections stall. Every process of the run has a uid of its own, so
-//! a rule matches one process's packets (`meta skuid`) on the loopback the nodes share — the
-//! way Jepsen cuts links with iptables. (A network namespace per process, the other way, cannot
-//! reach nodes bound to loopback addresses.)
+//! keeps running and its connections stall. Every process of the run has a group id of its own
+//! (its user stays root: it reads what the tool's files are), so a rule matches one process's
+//! packets (`meta skgid`) on the loopback the nodes share — the way Jepsen cuts links with
+//! iptables. (A network namespace per process, the other way, cannot reach nodes bound to
+//! loopback addresses.)
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,13 +28,14 @@ pub const CQL_NODES: [&str; 3] = ["127.0.2.1:9042", "127.0.2.2:9042", "127.0.2.3
 const NODE_NETS: &str = "{ 127.0.1.0/24, 127.0.2.0/24 }";
 const TABLE: &str = "likes_chaos";
 
-/// The libfaketime library (Debian's `faketime`), preloaded into a skewed process.
-pub const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
-
-/// The uid a run's process runs as: one per process name, above the system's range.
-pub fn uid_of(process: &str) -> u32 {
+/// The group id a run's process runs with: one per process name, above the system's range.
+pub fn gid_of(process: &str) -> u32 {
     let names = ["api", "api-2", "api-3", "dedupe", "dedupe-2", "count"];
-    64_100 + names.iter().position(|n| *n == process).unwrap_or(names.len()) as u32
+    64_100
+        + names
+            .iter()
+            .position(|n| *n == process)
+            .unwrap_or(names.len()) as u32
 }
 
 /// The settings of a run on the replicated stack: its nodes, three replicas of everything,
@@ -77,23 +79,17 @@ pub fn env(s: &Settings) -> Vec<(String, String)> {
     ]
 }
 
-/// The environment that runs a process `by_s` seconds off (monotonic clocks left alone:
-/// timers and timeouts stay true, as on a host whose wall clock is off).
+/// The environment that runs a process `by_s` seconds off: the product's one clock
+/// (`likes::runtime::clock`, which every event time, outbox age, window, asOf and the clock
+/// bound read) moved by that much from its start, in fail-point builds. Not libfaketime: it
+/// deadlocks the process at its first allocation (seen: `likes --version` hung under
+/// LD_PRELOAD=libfaketime, gdb showed jemalloc's init_lock held), so the skew lives in-process.
 pub fn skew_env(by_s: i64) -> Vec<(&'static str, String)> {
-    vec![
-        ("LD_PRELOAD", FAKETIME_LIB.to_string()),
-        ("FAKETIME", format!("{by_s:+}s")),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
-    ]
+    vec![("LIKES_TEST_CLOCK_SKEW_MS", (by_s * 1000).to_string())]
 }
 
 /// What a run on the replicated stack needs of the machine, checked before it starts.
 pub fn preflight() -> Result<()> {
-    if !Path::new(FAKETIME_LIB).exists() {
-        return Err(anyhow!(
-            "{FAKETIME_LIB} is missing: the clock-skew faults need Debian's faketime (`make prereqs` installs it)"
-        ));
-    }
     nft(&format!("add table inet {TABLE}"))
         .context("the partition faults need nftables as root (`make prereqs` installs nft)")?;
     heal()?;
@@ -103,8 +99,8 @@ pub fn preflight() -> Result<()> {
 /// Drops every packet `process` sends to a node until [`heal`].
 pub fn partition(process: &str) -> Result<()> {
     nft(&format!(
-        "add rule inet {TABLE} out meta skuid {} ip daddr {NODE_NETS} drop comment \"{process}\"",
-        uid_of(process)
+        "add rule inet {TABLE} out meta skgid {} ip daddr {NODE_NETS} drop comment \"{process}\"",
+        gid_of(process)
     ))
 }
 

@@ -49,8 +49,8 @@ pub enum Fault {
     /// SIGSTOP of `process` for `for_s` (past its group session or lease), then SIGCONT: a
     /// GC or VM pause.
     Pause { process: &'static str, for_s: u64 },
-    /// `process` restarted with its clock `by_s` off (libfaketime), within the run's
-    /// `cql.max_clock_skew`; it stays so until the run ends.
+    /// `process` restarted with its clock `by_s` off (the product's clock, in-process: see
+    /// chaos/cluster.rs), within the run's `cql.max_clock_skew`; it stays so until the run ends.
     Skew { process: &'static str, by_s: i64 },
 }
 
@@ -307,7 +307,11 @@ impl Fleet {
 
     /// Sends `signal` (STOP, CONT) to `name`, when it runs; false when it does not.
     pub fn signal(&mut self, name: &str, signal: &str) -> bool {
-        let Some(p) = self.procs.iter().find(|s| s.name == name).and_then(|s| s.proc.as_ref())
+        let Some(p) = self
+            .procs
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.proc.as_ref())
         else {
             return false;
         };

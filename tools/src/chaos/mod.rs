@@ -16,6 +16,7 @@ mod check;
 mod cluster;
 mod faults;
 mod history;
+mod strikes;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use serde::Serialize;
 use crate::demo::wait_ready;
 use crate::loadgen::{self, Live, Mix, MixArgs, Target};
 use anyhow::{anyhow, Context, Result};
-use faults::{Fault, Fleet, Planned};
+use faults::{Fleet, Planned};
 use likes::config::Settings;
 use likes::runtime::shutdown::CancellationToken;
 use likes::topology::Topology;
@@ -245,11 +246,6 @@ async fn run_one(
     if args.cluster {
         cluster::preflight()?;
         settings = cluster::settings(settings, Duration::from_secs(args.max_skew_s));
-        // Each process runs as a uid of its own (its partition rules match it): the state
-        // folder must be theirs to write.
-        let state = dir.join("dedupe-state");
-        std::fs::create_dir_all(&state)?;
-        std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
     }
     let mut topology = topology.clone();
     let mut env = process_env(&settings, &dir);
@@ -296,7 +292,7 @@ async fn run_one(
         if args.cluster {
             vec![(
                 crate::procs::RUN_AS.to_string(),
-                cluster::uid_of(name).to_string(),
+                cluster::gid_of(name).to_string(),
             )]
         } else {
             Vec::new()
@@ -351,12 +347,11 @@ async fn run_one(
         let live = live.clone();
         tokio::spawn(async move { loadgen::drive(target, &mut mix, &phases, live).await })
     };
-    let mut stack_script =
-        (args.stack_script.clone()).unwrap_or_else(likes_support::stack::script);
+    let mut stack_script = (args.stack_script.clone()).unwrap_or_else(likes_support::stack::script);
     if args.cluster {
         stack_script = cluster::script(&stack_script);
     }
-    let mut strikes = Strikes {
+    let mut strikes = strikes::Strikes {
         settings: &settings,
         topology: topology.clone(),
         session: &session,
@@ -368,7 +363,9 @@ async fn run_one(
         struck: Vec::new(),
         max_drift: 0,
         down_until: None,
-        healing: None,
+        down_node: None,
+        healing: Vec::new(),
+        restarting: None,
         cluster: args.cluster,
         max_skew_s: args.max_skew_s as i64,
         replaying: None,
@@ -656,367 +653,6 @@ async fn drain(
     Ok(None)
 }
 
-/// What ends a partition or a pause.
-enum Heal {
-    Partition(&'static str),
-    Resume(&'static str),
-}
-
-/// A replay under way: the stage it holds stopped, and the reset's outcome.
-type Replaying = (
-    &'static str,
-    tokio::task::JoinHandle<likes::Result<likes::ops::replay::ReplayReport>>,
-);
-
-/// The faults of a run as they strike, one at a time: a fault waits until the dependency
-/// killed before it is back and a replay before it is done.
-struct Strikes<'a> {
-    settings: &'a Settings,
-    /// The topology the run's processes start with (a window change changes it).
-    topology: Topology,
-    session: &'a Arc<scylla::client::session::Session>,
-    dir: &'a std::path::Path,
-    stack_dir: &'a std::path::Path,
-    stack_script: &'a PathBuf,
-    fleet: &'a mut Fleet,
-    /// Ctrl-C or SIGTERM: no further fault strikes (a dependency down is brought back first).
-    interrupted: &'a CancellationToken,
-    struck: Vec<Planned>,
-    /// Most items behind their edges when a dependency came back.
-    max_drift: usize,
-    /// A killed dependency comes back at this time.
-    down_until: Option<Instant>,
-    /// A partition healed or a paused process resumed at this time.
-    healing: Option<(Instant, Heal)>,
-    /// On the replicated stack.
-    cluster: bool,
-    max_skew_s: i64,
-    replaying: Option<Replaying>,
-    /// The processes' environment (for the operations jobs a fault starts; a window change
-    /// changes it).
-    env: Vec<(String, String)>,
-    /// Operations jobs started by faults, with the time they struck: waited for after the load.
-    jobs: Vec<(f64, crate::procs::Proc)>,
-    /// What the load's client knows of each edge (an erasure picks its user from it).
-    live: Arc<Live>,
-    /// Users erased by a fault: their acknowledged likes were taken back on purpose.
-    erased: Vec<String>,
-    /// Dependencies killed: which, and from when to when (seconds after the load's
-    /// [`Live::t0`]; the end is set when the stack is up again).
-    outages: Vec<(&'static str, f64, Option<f64>)>,
-}
-
-impl Strikes<'_> {
-    /// Strikes `plan` while the load runs; returns once the load and every fault are done,
-    /// or, after an interrupt, once no dependency is down and no replay is under way.
-    async fn run(
-        &mut self,
-        plan: &[Planned],
-        load: &tokio::task::JoinHandle<()>,
-        started: Instant,
-    ) -> Result<()> {
-        let mut next = 0;
-        loop {
-            self.fleet.tick()?;
-            let t = started.elapsed().as_secs_f64();
-            if self
-                .replaying
-                .as_ref()
-                .is_some_and(|(_, task)| task.is_finished())
-            {
-                self.replay_done(t).await;
-            } else if self.replaying.is_some() {
-                // The next fault waits for the replay.
-            } else if let Some(at) = self.down_until {
-                if Instant::now() >= at {
-                    self.stack_back(started).await?;
-                }
-            } else if let Some((at, heal)) = &self.healing {
-                if Instant::now() >= *at {
-                    let outcome = match heal {
-                        Heal::Partition(p) => cluster::heal().map(|_| format!("{p}'s link healed")),
-                        Heal::Resume(p) => Ok(if self.fleet.signal(p, "CONT") {
-                            format!("{p} resumed")
-                        } else {
-                            format!("{p} had been restarted meanwhile")
-                        }),
-                    }?;
-                    say(&format!("  t={t:>5.1}s {outcome}"));
-                    self.healing = None;
-                }
-            } else if self.interrupted.is_cancelled() {
-                return Ok(());
-            } else if next < plan.len() && t >= plan[next].at_s {
-                let f = &plan[next].fault;
-                say(&format!("  t={t:>5.1}s {f:?}"));
-                self.struck.push(Planned {
-                    at_s: (t * 10.0).round() / 10.0,
-                    fault: f.clone(),
-                    outcome: None,
-                });
-                self.strike(f)?;
-                next += 1;
-            } else if load.is_finished() && next >= plan.len() {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-
-    fn strike(&mut self, f: &Fault) -> Result<()> {
-        match f {
-            Fault::Kill { process } => self.fleet.kill9(process),
-            Fault::WipeDedupeState => {
-                // The first instance's disk only; dedupe-2 keeps its own.
-                self.fleet.kill9("dedupe");
-                let group = self.settings.group(&self.topology.groups.dedupe);
-                let _ = std::fs::remove_dir_all(
-                    self.dir.join("dedupe-state").join(group).join("chaos-0"),
-                );
-            }
-            Fault::Broker { down_s } => {
-                faults::kill9_dependency(self.stack_dir, "kafka")?;
-                self.outages
-                    .push(("kafka", self.live.t0.elapsed().as_secs_f64(), None));
-                self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
-            }
-            Fault::Cassandra { down_s } => {
-                faults::kill9_dependency(self.stack_dir, "cassandra")?;
-                self.outages
-                    .push(("cassandra", self.live.t0.elapsed().as_secs_f64(), None));
-                self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
-            }
-            Fault::ReconcileTwice => {
-                // The nightly CronJob and an operator by hand, at once, while faults strike.
-                let at = self.struck.last().map_or(0.0, |p| p.at_s);
-                let mut env = self.env.clone();
-                env.push(("LIKES__OPS__WAIT_TIMEOUT".into(), "120s".into()));
-                for (name, reason) in [("reconcile-a", "chaos-a"), ("reconcile-b", "chaos-b")] {
-                    let mut env = env.clone();
-                    if self.cluster && name == "reconcile-b" {
-                        // An ops job on a host whose clock is off, within the bound.
-                        let by = -(self.max_skew_s / 2).max(1);
-                        env.extend(
-                            cluster::skew_env(by)
-                                .into_iter()
-                                .map(|(k, v)| (k.to_string(), v)),
-                        );
-                        self.note(format!("reconcile-b's clock {by:+} s"));
-                    }
-                    let job = crate::procs::spawn_job(
-                        &["reconcile", "--sample", "40", "--reason", reason],
-                        name,
-                        self.dir,
-                        &env,
-                    )?;
-                    self.jobs.push((at, job));
-                }
-            }
-            Fault::WindowChange { to_ms } => {
-                self.fleet.kill9("count");
-                self.fleet.hold("count");
-                let outcome = self.change_window(*to_ms);
-                say(&format!("  window change: {outcome}"));
-                if let Some(last) = self.struck.last_mut() {
-                    last.outcome = Some(outcome);
-                }
-                self.fleet.release("count");
-            }
-            Fault::Erase => {
-                let at = self.struck.last().map_or(0.0, |p| p.at_s);
-                let Some(user) = self.most_liked_user() else {
-                    if let Some(last) = self.struck.last_mut() {
-                        last.outcome = Some("no acknowledged like yet: nobody to erase".into());
-                    }
-                    return Ok(());
-                };
-                say(&format!("  erasing {user}"));
-                let job = crate::procs::spawn_job(
-                    &["erase", "--user", &user],
-                    "erase",
-                    self.dir,
-                    &self.env,
-                )?;
-                self.jobs.push((at, job));
-                if let Some(last) = self.struck.last_mut() {
-                    last.outcome = Some(format!("user {user}"));
-                }
-                self.erased.push(user);
-            }
-            Fault::LeaderBounce { down_s } => {
-                let leader = cluster::busiest_leader(self.settings, &self.topology)?;
-                faults::kill9_dependency(self.stack_dir, &format!("cluster-kafka-{leader}"))?;
-                self.note(format!("broker {leader} (leading most of the run's partitions)"));
-                self.outages
-                    .push(("kafka leader", self.live.t0.elapsed().as_secs_f64(), None));
-                self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
-            }
-            Fault::CassandraNode { node, down_s } => {
-                faults::kill9_dependency(self.stack_dir, &format!("cluster-cassandra-{node}"))?;
-                self.outages
-                    .push(("cassandra node", self.live.t0.elapsed().as_secs_f64(), None));
-                self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
-            }
-            Fault::Partition { process, heal_s } => {
-                cluster::partition(process)?;
-                self.healing = Some((
-                    Instant::now() + Duration::from_secs(*heal_s),
-                    Heal::Partition(process),
-                ));
-            }
-            Fault::Pause { process, for_s } => {
-                if self.fleet.signal(process, "STOP") {
-                    self.healing = Some((
-                        Instant::now() + Duration::from_secs(*for_s),
-                        Heal::Resume(process),
-                    ));
-                } else {
-                    self.note(format!("{process} was down: nothing to pause"));
-                }
-            }
-            Fault::Skew { process, by_s } => {
-                for (k, v) in cluster::skew_env(*by_s) {
-                    self.fleet.set_proc_env(process, k, &v);
-                }
-                self.fleet.kill9(process);
-            }
-            Fault::Replay { stage, back_s } => {
-                self.fleet.hold(stage);
-                let group = self.settings.group(if *stage == "count" {
-                    &self.topology.groups.count
-                } else {
-                    &self.topology.groups.dedupe
-                });
-                let to = likes::runtime::clock::now_ms() - *back_s as i64 * 1000;
-                let (s, t) = (self.settings.clone(), self.topology.clone());
-                let task = tokio::spawn(async move {
-                    likes::ops::replay::run_checked(
-                        &s,
-                        &t,
-                        &group,
-                        likes::ops::replay::Target::Time(to),
-                    )
-                    .await
-                });
-                self.replaying = Some((stage, task));
-            }
-        }
-        Ok(())
-    }
-
-    /// Adds to what came of the fault that struck last.
-    fn note(&mut self, what: String) {
-        if let Some(last) = self.struck.last_mut() {
-            let o = last.outcome.get_or_insert_with(String::new);
-            if !o.is_empty() {
-                o.push_str("; ");
-            }
-            o.push_str(&what);
-        }
-    }
-
-    /// The user with the most acknowledged likes so far (the first in name order of a tie).
-    fn most_liked_user(&self) -> Option<String> {
-        let edges = self.live.edges.as_ref()?.lock().unwrap();
-        let mut per_user: std::collections::BTreeMap<String, usize> = Default::default();
-        for ((_, user), s) in edges.iter() {
-            if s.like_acked && !self.erased.contains(user) {
-                *per_user.entry(user.clone()).or_default() += 1;
-            }
-        }
-        let most = per_user.values().copied().max()?;
-        per_user
-            .into_iter()
-            .find(|(_, n)| *n == most)
-            .map(|(u, _)| u)
-    }
-
-    /// Records a new window length and points every process started from now on at it
-    /// (the running ones checked the old length at their start and go on with it); says
-    /// what came of it. A refused migrate leaves the old length everywhere.
-    fn change_window(&mut self, to_ms: u64) -> String {
-        let from_ms = self.topology.window.as_millis();
-        let t = match self
-            .topology
-            .clone()
-            .with_window(Duration::from_millis(to_ms))
-        {
-            Ok(t) => t,
-            Err(e) => return format!("refused: {e}"),
-        };
-        let path = self.dir.join(format!("topology-{to_ms}.toml"));
-        let written = toml::to_string(&t)
-            .map_err(|e| e.to_string())
-            .and_then(|text| std::fs::write(&path, text).map_err(|e| e.to_string()));
-        if let Err(e) = written {
-            return format!("failed: {}: {e}", path.display());
-        }
-        let mut env = self.env.clone();
-        faults::set_var(
-            &mut env,
-            "LIKES__TOPOLOGY__PATH",
-            &path.display().to_string(),
-        );
-        let migrated = crate::procs::likes_bin().and_then(|bin| {
-            std::process::Command::new(bin)
-                .args(["migrate", "--accept-window-change"])
-                .envs(env.iter().map(|(k, v)| (k, v)))
-                .output()
-                .map_err(|e| anyhow!(format!("likes migrate: {e}")))
-        });
-        match migrated {
-            Ok(out) if out.status.success() => {
-                self.topology = t;
-                self.fleet
-                    .set_env("LIKES__TOPOLOGY__PATH", &path.display().to_string());
-                self.env = env;
-                format!("{from_ms} ms → {to_ms} ms")
-            }
-            Ok(out) => format!(
-                "migrate failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-            Err(e) => format!("migrate failed: {e}"),
-        }
-    }
-
-    /// A replay finished: its outcome noted, its stage released.
-    async fn replay_done(&mut self, t: f64) {
-        let (stage, task) = self.replaying.take().expect("a replay runs");
-        let outcome = match task.await {
-            Ok(Ok(r)) => format!("reset: {}", r.to_string().lines().next().unwrap_or("")),
-            Ok(Err(e)) => format!("refused: {e}"),
-            Err(e) => format!("failed: {e}"),
-        };
-        say(&format!("  t={t:>5.1}s replay of {stage}: {outcome}"));
-        if let Some(last) = self.struck.last_mut() {
-            last.outcome = Some(outcome);
-        }
-        self.fleet.release(stage);
-    }
-
-    /// The killed dependency's time is up: the stack is brought back.
-    async fn stack_back(&mut self, started: Instant) -> Result<()> {
-        let script = self.stack_script.clone();
-        tokio::task::spawn_blocking(move || faults::stack_up(&script))
-            .await
-            .map_err(|e| anyhow!("stack up: {e}"))??;
-        self.down_until = None;
-        if let Some(o) = self.outages.last_mut().filter(|o| o.2.is_none()) {
-            o.2 = Some(self.live.t0.elapsed().as_secs_f64());
-        }
-        say(&format!(
-            "  t={:>5.1}s the stack is up again",
-            started.elapsed().as_secs_f64()
-        ));
-        if let Ok((_, behind)) = check::drift(self.session, &self.settings.cql.keyspace).await {
-            self.max_drift = self.max_drift.max(behind);
-        }
-        Ok(())
-    }
-}
-
-fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     println!("{line}");
 }
