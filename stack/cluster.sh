@@ -44,8 +44,10 @@ start_cluster_kafka() {  # k
       || { cat "$logs/format.log" >&2; say "$name storage format failed" >&2; return 1; }
   fi
   STARTED+=("$name")
+  # C1 only: a broker killed in a chaos run starts again on a box busy with the run; the
+  # top-tier compiler's work made that start take up to a minute at load average 27.
   setsid nohup java -Xms"$CLUSTER_KAFKA_HEAP" -Xmx"$CLUSTER_KAFKA_HEAP" -XX:+UseG1GC \
-    -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
+    -XX:MaxGCPauseMillis=20 -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" -Dkafka.logs.dir="$logs" \
     -cp "$cp" kafka.Kafka "$dir/server.properties" >"$logs/stdout.log" 2>&1 </dev/null &
   echo $! >"$pidfile"

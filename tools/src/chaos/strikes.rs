@@ -14,6 +14,16 @@ use likes::config::Settings;
 use likes::runtime::shutdown::CancellationToken;
 use likes::topology::Topology;
 
+/// A node of the replicated stack killed by a fault.
+pub(super) struct NodeDown {
+    node: String,
+    back_at: Instant,
+    /// Its start, once under way.
+    start: Option<tokio::task::JoinHandle<Result<()>>>,
+    /// Its entry in [`Strikes::outages`].
+    outage: usize,
+}
+
 /// What ends a partition or a pause.
 pub(super) enum Heal {
     Partition(&'static str),
@@ -44,12 +54,11 @@ pub(super) struct Strikes<'a> {
     pub max_drift: usize,
     /// A killed dependency comes back at this time.
     pub down_until: Option<Instant>,
-    /// Replicated stack: the node killed (only it is started again).
-    pub down_node: Option<String>,
+    /// Replicated stack: the nodes down (one broker and one Cassandra node at most), each
+    /// started again in the background once its time is up.
+    pub nodes_down: Vec<NodeDown>,
     /// Partitions healed and paused processes resumed at these times.
     pub healing: Vec<(Instant, Heal)>,
-    /// Replicated stack: the killed node's start under way.
-    pub restarting: Option<tokio::task::JoinHandle<Result<()>>>,
     /// On the replicated stack.
     pub cluster: bool,
     pub max_skew_s: i64,
@@ -86,12 +95,17 @@ impl Strikes<'_> {
                 for h in &mut self.healing {
                     h.0 = Instant::now();
                 }
+                for d in &mut self.nodes_down {
+                    d.back_at = Instant::now();
+                }
             }
             self.heal_due(t)?;
             if self.cluster {
                 self.restart_due(started).await?;
             }
-            let pending = self.down_until.is_some() || !self.healing.is_empty();
+            let pending = self.down_until.is_some()
+                || !self.healing.is_empty()
+                || !self.nodes_down.is_empty();
             if self
                 .replaying
                 .as_ref()
@@ -138,14 +152,13 @@ impl Strikes<'_> {
             .any(|h| matches!(h.1, Heal::Partition(_)));
         let paused = self.healing.iter().any(|h| matches!(h.1, Heal::Resume(_)));
         match f {
-            Fault::LeaderBounce { .. }
-            | Fault::CassandraNode { .. }
-            | Fault::Broker { .. }
-            | Fault::Cassandra { .. } => self.down_until.is_some(),
+            Fault::Broker { .. } | Fault::Cassandra { .. } => self.down_until.is_some(),
+            Fault::LeaderBounce { .. } => self.is_down("cluster-kafka-"),
+            Fault::CassandraNode { .. } => self.is_down("cluster-cassandra-"),
             Fault::Partition { .. } => partitioned,
             Fault::Pause { .. } => paused,
             Fault::Replay { .. } | Fault::WindowChange { .. } | Fault::WipeDedupeState => {
-                self.down_until.is_some() || !self.healing.is_empty()
+                self.down_until.is_some() || !self.healing.is_empty() || !self.nodes_down.is_empty()
             }
             Fault::Kill { .. } | Fault::Skew { .. } | Fault::ReconcileTwice | Fault::Erase => false,
         }
@@ -174,25 +187,53 @@ impl Strikes<'_> {
         Ok(())
     }
 
-    /// Replicated stack: starts the killed node once its time is up, in the background (the
-    /// other faults go on meanwhile), and notes when it serves again.
+    fn is_down(&self, prefix: &str) -> bool {
+        self.nodes_down.iter().any(|d| d.node.starts_with(prefix))
+    }
+
+    /// Replicated stack: starts each killed node once its time is up, in the background (the
+    /// other faults go on meanwhile), and ends its outage when it serves again.
     async fn restart_due(&mut self, started: Instant) -> Result<()> {
-        if self.restarting.as_ref().is_some_and(|t| t.is_finished()) {
-            let task = self.restarting.take().expect("checked");
-            task.await.map_err(|e| anyhow!("node start: {e}"))??;
-            self.back_up(started).await;
-        } else if self.restarting.is_none()
-            && self.down_until.is_some_and(|at| Instant::now() >= at)
-        {
-            let script = self.stack_script.clone();
-            let node = self
-                .down_node
-                .take()
-                .ok_or_else(|| anyhow!("no node is down"))?;
-            self.restarting = Some(tokio::task::spawn_blocking(move || {
-                likes_support::stack::start_node(&script, &node).map_err(|e| anyhow!(e))
-            }));
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.nodes_down.len() {
+            let d = &mut self.nodes_down[i];
+            if d.start.as_ref().is_some_and(|t| t.is_finished()) {
+                let d = self.nodes_down.swap_remove(i);
+                d.start
+                    .expect("checked")
+                    .await
+                    .map_err(|e| anyhow!("starting {}: {e}", d.node))??;
+                self.outages[d.outage].2 = Some(self.live.t0.elapsed().as_secs_f64());
+                say(&format!(
+                    "  t={:>5.1}s {} is up again",
+                    started.elapsed().as_secs_f64(),
+                    d.node
+                ));
+                continue;
+            }
+            if d.start.is_none() && now >= d.back_at {
+                let (script, node) = (self.stack_script.clone(), d.node.clone());
+                d.start = Some(tokio::task::spawn_blocking(move || {
+                    likes_support::stack::start_node(&script, &node).map_err(|e| anyhow!(e))
+                }));
+            }
+            i += 1;
         }
+        Ok(())
+    }
+
+    /// kill -9 of a node of the replicated stack, started again after `down_s`.
+    fn kill_node(&mut self, node: String, dependency: &'static str, down_s: u64) -> Result<()> {
+        faults::kill9_dependency(self.stack_dir, &node)?;
+        self.outages
+            .push((dependency, self.live.t0.elapsed().as_secs_f64(), None));
+        self.nodes_down.push(NodeDown {
+            node,
+            back_at: Instant::now() + Duration::from_secs(down_s),
+            start: None,
+            outage: self.outages.len() - 1,
+        });
         Ok(())
     }
 
@@ -278,23 +319,17 @@ impl Strikes<'_> {
             }
             Fault::LeaderBounce { down_s } => {
                 let leader = cluster::busiest_leader(self.settings, &self.topology)?;
-                let node = format!("cluster-kafka-{leader}");
-                faults::kill9_dependency(self.stack_dir, &node)?;
-                self.down_node = Some(node);
+                self.kill_node(format!("cluster-kafka-{leader}"), "kafka leader", *down_s)?;
                 self.note(format!(
                     "broker {leader} (leading most of the run's partitions)"
                 ));
-                self.outages
-                    .push(("kafka leader", self.live.t0.elapsed().as_secs_f64(), None));
-                self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
             }
             Fault::CassandraNode { node, down_s } => {
-                let node = format!("cluster-cassandra-{node}");
-                faults::kill9_dependency(self.stack_dir, &node)?;
-                self.down_node = Some(node);
-                self.outages
-                    .push(("cassandra node", self.live.t0.elapsed().as_secs_f64(), None));
-                self.down_until = Some(Instant::now() + Duration::from_secs(*down_s));
+                self.kill_node(
+                    format!("cluster-cassandra-{node}"),
+                    "cassandra node",
+                    *down_s,
+                )?;
             }
             Fault::Partition { process, heal_s } => {
                 cluster::partition(process)?;
