@@ -17,7 +17,7 @@ LIKES := $(CARGO_TARGET_DIR)/debug/likes
 # The tooling (demo, chaos, bench, loadgen) is a binary of its own; it runs `likes` beside it.
 TOOLS := $(CARGO_TARGET_DIR)/debug/likes-tools
 
-.PHONY: checker chaos-selftest up-cluster down-cluster chaos-cluster hostile rocksdb bench-rocksdb bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import bench-sweep
+.PHONY: checker chaos-selftest up-cluster down-cluster chaos-cluster chaos-cluster-ci hostile rocksdb bench-rocksdb bench-overload stack-prune demo-prereqs image k8s-check k8s-e2e up-regions down-regions test-regions chaos-regions k8s-topics alerts-check deploy-check schema-check help prereqs up down stack-reset stack-status build migrate topics topology demo chaos chaos-build chaos-ci fuzz test test-unit lint fmt buf bench bench-topology bench-api bench-restore bench-import bench-sweep
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -165,6 +165,10 @@ chaos-cluster: up-cluster chaos-build ## Fault runs on the replicated stack: lea
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --cluster --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \
 	  --report $(LIKES_CACHE)/chaos-cluster-report.json
 
+chaos-cluster-ci: up-cluster chaos-build ## What CI runs on the replicated stack: one seed of 90 s at 40/s with a leader bounce, a Cassandra node killed, a partition, a pause and a skew
+	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --cluster --seed $${CHAOS_SEED:-1} --runs 1 --seconds 90 --rate 40 --extra-faults 1 \
+	  --report $(LIKES_CACHE)/chaos-cluster-report.json
+
 checker: ## Build the history checker of the chaos runs (Go + Porcupine, tools/linearizability) and run its tests
 	cd tools/linearizability && go test ./... && go build -o $(CHECKER) .
 
@@ -179,9 +183,7 @@ chaos: up stack-prune ## Fault runs: kill -9 of every process, the broker and Ca
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \
 	  $(if $(HORIZON),--horizon $(HORIZON)) --report $(LIKES_CACHE)/chaos-report.json
 
-chaos-ci: up stack-prune ## The short chaos runs CI does: 2 seeds of 60 s, the second with a 20 s dedupe horizon (leftover test topics pruned first: the broker's restarts load every log)
-	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $${CHAOS_SEED:-1} --runs 1 --seconds 60 --rate 100 --extra-faults 3 \
-	  --report $(LIKES_CACHE)/chaos-report.json
+chaos-ci: up stack-prune ## The short single-node chaos run CI does: 1 seed of 60 s with a 20 s dedupe horizon (leftover test topics pruned first: the broker's restarts load every log)
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $$(( $${CHAOS_SEED:-1} + 1 )) --runs 1 --seconds 60 --rate 100 --extra-faults 3 \
 	  --horizon 20 --report $(LIKES_CACHE)/chaos-report-horizon.json
 

@@ -76,6 +76,11 @@ pub fn env(s: &Settings) -> Vec<(String, String)> {
             "LIKES__API__RELAY_MIN_AGE".into(),
             format!("{}ms", s.api.relay_min_age.as_millis()),
         ),
+        // Admission at its fixed bound: six JVMs and the run on two cores put the LWTs' p99
+        // past the 150 ms target from the first second, and the adaptive bound shed half the
+        // writes at 40/s (seen: 1,666 of 3,415 `overloaded`), leaving less history to check.
+        // The run is about what faults do to answers, not about the latency goal.
+        ("LIKES__API__WRITE_LATENCY_TARGET".into(), "0s".into()),
     ]
 }
 

@@ -431,4 +431,35 @@ mod tests {
         assert!(a.windows(2).all(|w| w[0].at_s <= w[1].at_s));
         assert!(a.iter().all(|p| (6.0..=48.0).contains(&p.at_s)));
     }
+
+    #[test]
+    fn a_cluster_seed_always_has_each_kind_a_kill_cannot_make_and_skews_within_the_bound() {
+        for seed in 1..50 {
+            let a = schedule_cluster(seed, 90.0, 2, 10);
+            let b = schedule_cluster(seed, 90.0, 2, 10);
+            assert_eq!(
+                a.iter()
+                    .map(|p| (p.at_s, p.fault.clone()))
+                    .collect::<Vec<_>>(),
+                b.iter()
+                    .map(|p| (p.at_s, p.fault.clone()))
+                    .collect::<Vec<_>>()
+            );
+            assert_eq!(a.len(), 7);
+            assert!(a
+                .iter()
+                .any(|p| matches!(p.fault, Fault::LeaderBounce { .. })));
+            assert!(a
+                .iter()
+                .any(|p| matches!(p.fault, Fault::CassandraNode { .. })));
+            assert!(a.iter().any(|p| matches!(p.fault, Fault::Partition { .. })));
+            assert!(a.iter().any(|p| matches!(p.fault, Fault::Pause { .. })));
+            assert!(a.iter().any(|p| matches!(p.fault, Fault::Skew { .. })));
+            assert!(a.iter().all(|p| match p.fault {
+                Fault::Skew { by_s, .. } => (5..10).contains(&by_s.abs()),
+                Fault::CassandraNode { node, .. } => (1..=3).contains(&node),
+                _ => true,
+            }));
+        }
+    }
 }
