@@ -120,6 +120,11 @@ pub struct RunReport {
     /// What `likes reconcile --dead-letters` did when the pipeline alone did not drain
     /// (flips dead-lettered past a short horizon are the recount queue's, by design).
     pub recount_queue: Option<String>,
+    /// The pipeline by itself, before any reconcile or recount job, counted every item as
+    /// its LIKED edges: the drain converged without the recount queue and stage 1's deltas
+    /// alone (no correction) equal the edges of every item. Required unless the run has a
+    /// short horizon, past which flips are the recount queue's by design.
+    pub pipeline_alone_exact: bool,
     /// Items whose count trailed or differed from their edges right after each outage ended
     /// (the pipeline's lag included), the most of any.
     pub max_items_behind_mid_run: usize,
@@ -429,6 +434,7 @@ async fn run_one(
         topology: &now_topology,
     };
     let mut drained_after_s = drain(&mut fleet, &watched, interrupted).await?;
+    let drained_alone = drained_after_s.is_some();
     let mut recount_queue = None;
     if drained_after_s.is_none() && !interrupted.is_cancelled() {
         // What the pipeline could not count exactly (flips dead-lettered, or counted on a
@@ -465,7 +471,17 @@ async fn run_one(
         &history::checker(args.checker.as_deref()),
     )?;
     say(&format!("chaos: seed {seed}: history: {linearizability}"));
-    let passed = verdict.passed() && linearizability.passed();
+    let pipeline_alone_exact =
+        drained_alone && verdict.silent_drift == 0 && verdict.stage1_off_queued == 0;
+    if !pipeline_alone_exact {
+        say(&format!(
+            "chaos: seed {seed}: the pipeline alone was not exact: drained without the recount queue {drained_alone}, stage-1 deltas off on {} items the queue names and {} it does not",
+            verdict.stage1_off_queued, verdict.silent_drift
+        ));
+    }
+    let passed = verdict.passed()
+        && linearizability.passed()
+        && (pipeline_alone_exact || args.horizon.is_some());
     let processes = fleet
         .tally()
         .into_iter()
@@ -493,6 +509,7 @@ async fn run_one(
         horizon_s: topology.dedupe_ttl.as_secs(),
         drained_after_s,
         recount_queue,
+        pipeline_alone_exact,
         max_items_behind_mid_run: max_drift,
         outages,
         verdict,
