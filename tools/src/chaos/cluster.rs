@@ -109,6 +109,33 @@ pub fn partition(process: &str) -> Result<()> {
     ))
 }
 
+/// Drops every packet to or from `node`'s address (but its own to itself) until [`heal`].
+pub fn isolate(node: &str) -> Result<()> {
+    let address = address_of(node)?;
+    nft(&format!(
+        "add rule inet {TABLE} out ip saddr {address} ip daddr != {address} drop comment \"{node}\"; \
+         add rule inet {TABLE} out ip daddr {address} ip saddr != {address} drop comment \"{node}\""
+    ))
+}
+
+/// A node's loopback address (stack/cluster.sh).
+fn address_of(node: &str) -> Result<String> {
+    let k = node
+        .rsplit('-')
+        .next()
+        .and_then(|k| k.parse::<u8>().ok())
+        .filter(|k| (1..=3).contains(k));
+    match (
+        node.starts_with("cluster-kafka-"),
+        node.starts_with("cluster-cassandra-"),
+        k,
+    ) {
+        (true, _, Some(k)) => Ok(format!("127.0.1.{k}")),
+        (_, true, Some(k)) => Ok(format!("127.0.2.{k}")),
+        _ => Err(anyhow!("no node {node} in the replicated stack")),
+    }
+}
+
 /// Removes every partition rule.
 pub fn heal() -> Result<()> {
     nft(&format!(

@@ -46,6 +46,10 @@ pub enum Fault {
     /// Replicated stack: every packet from `process` to the brokers and the Cassandra nodes
     /// dropped (it keeps running, its connections stall: not a clean kill) for `heal_s`.
     Partition { process: &'static str, heal_s: u64 },
+    /// Replicated stack: a node (`cluster-kafka-N` or `cluster-cassandra-N`) cut off from
+    /// everything (every packet to or from its address dropped) for `heal_s`; it keeps running
+    /// with its own view, as a node behind a failed switch.
+    Isolate { node: String, heal_s: u64 },
     /// SIGSTOP of `process` for `for_s` (past its group session or lease), then SIGCONT: a
     /// GC or VM pause.
     Pause { process: &'static str, for_s: u64 },
@@ -123,7 +127,8 @@ pub fn schedule(seed: u64, seconds: f64, extra: usize) -> Vec<Planned> {
 }
 
 /// The schedule of a seed on the replicated stack: a leader bounce, a Cassandra node killed, a
-/// partition, a pause and a skew always (the four kinds a kill cannot make), then `extra`
+/// process partitioned, a pause, a skew and a node isolated always (the kinds a kill cannot
+/// make), then `extra`
 /// more of any kind, the single-node faults that still apply included; the skew never
 /// exceeds `max_skew_s`.
 pub fn schedule_cluster(seed: u64, seconds: f64, extra: usize, max_skew_s: i64) -> Vec<Planned> {
@@ -149,15 +154,27 @@ pub fn schedule_cluster(seed: u64, seconds: f64, extra: usize, max_skew_s: i64) 
             by_s: rng.random_range(max_skew_s / 2..max_skew_s.max(2))
                 * if rng.random_bool(0.5) { 1 } else { -1 },
         },
-        5 => Fault::Kill {
+        5 => Fault::Isolate {
+            node: format!(
+                "cluster-{}-{}",
+                if rng.random_bool(0.5) {
+                    "kafka"
+                } else {
+                    "cassandra"
+                },
+                rng.random_range(1..=3)
+            ),
+            heal_s: rng.random_range(5..=20),
+        },
+        6 => Fault::Kill {
             process: STRUCK[rng.random_range(0..STRUCK.len())],
         },
-        6 => Fault::ReconcileTwice,
+        7 => Fault::ReconcileTwice,
         _ => Fault::Erase,
     };
-    let mut faults: Vec<Fault> = (0..5).map(|k| any(&mut rng, k)).collect();
+    let mut faults: Vec<Fault> = (0..6).map(|k| any(&mut rng, k)).collect();
     for _ in 0..extra {
-        let k = rng.random_range(0..8);
+        let k = rng.random_range(0..9);
         faults.push(any(&mut rng, k));
     }
     let mut planned: Vec<Planned> = faults
@@ -445,7 +462,8 @@ mod tests {
                     .map(|p| (p.at_s, p.fault.clone()))
                     .collect::<Vec<_>>()
             );
-            assert_eq!(a.len(), 7);
+            assert_eq!(a.len(), 8);
+            assert!(a.iter().any(|p| matches!(p.fault, Fault::Isolate { .. })));
             assert!(a
                 .iter()
                 .any(|p| matches!(p.fault, Fault::LeaderBounce { .. })));

@@ -26,7 +26,8 @@ pub(super) struct NodeDown {
 
 /// What ends a partition or a pause.
 pub(super) enum Heal {
-    Partition(&'static str),
+    /// A process's or a node's link.
+    Partition(String),
     Resume(&'static str),
 }
 
@@ -155,7 +156,7 @@ impl Strikes<'_> {
             Fault::Broker { .. } | Fault::Cassandra { .. } => self.down_until.is_some(),
             Fault::LeaderBounce { .. } => self.is_down("cluster-kafka-"),
             Fault::CassandraNode { .. } => self.is_down("cluster-cassandra-"),
-            Fault::Partition { .. } => partitioned,
+            Fault::Partition { .. } | Fault::Isolate { .. } => partitioned,
             Fault::Pause { .. } => paused,
             Fault::Replay { .. } | Fault::WindowChange { .. } | Fault::WipeDedupeState => {
                 self.down_until.is_some() || !self.healing.is_empty() || !self.nodes_down.is_empty()
@@ -335,7 +336,14 @@ impl Strikes<'_> {
                 cluster::partition(process)?;
                 self.healing.push((
                     Instant::now() + Duration::from_secs(*heal_s),
-                    Heal::Partition(process),
+                    Heal::Partition(process.to_string()),
+                ));
+            }
+            Fault::Isolate { node, heal_s } => {
+                cluster::isolate(node)?;
+                self.healing.push((
+                    Instant::now() + Duration::from_secs(*heal_s),
+                    Heal::Partition(node.clone()),
                 ));
             }
             Fault::Pause { process, for_s } => {
