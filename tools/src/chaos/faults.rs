@@ -236,7 +236,7 @@ impl Fleet {
             "LIKES__DEDUPE__INSTANCE_ID".to_string(),
             "chaos-1".to_string(),
         )];
-        let mut procs: Vec<(&'static str, &'static str, Vec<(String, String)>)> = apis
+        let mut procs: Vec<_> = apis
             .into_iter()
             .map(|(name, env)| (name, "api", env))
             .collect();
