@@ -102,10 +102,15 @@ cluster_start() {  # node name
   esac
 }
 
+# The six nodes stopped side by side: one after another took 62 s in CI (each waits for its
+# JVM's exit). The data is thrown away or kept whole either way.
 cluster_down() {
   local k
-  for k in "${NODES[@]}"; do stop_one "cluster-kafka-$k"; done
-  for k in 3 2 1; do stop_one "cluster-cassandra-$k"; done
+  for k in "${NODES[@]}"; do
+    stop_one "cluster-kafka-$k" &
+    stop_one "cluster-cassandra-$k" &
+  done
+  wait
 }
 
 cluster_status() {

@@ -189,7 +189,16 @@ pub async fn run(base: &Settings, topology: &Topology, args: &ChaosArgs) -> Resu
         }
         let seed = args.seed + k;
         say(&format!("chaos: run {}/{} (seed {seed})", k + 1, args.runs));
-        let r = run_one(base, topology, args, seed, &interrupted).await?;
+        let r = match run_one(base, topology, args, seed, &interrupted).await {
+            Ok(r) => r,
+            Err(e) => {
+                // Nothing left cut off for whatever runs next on this machine.
+                if args.cluster {
+                    cluster::teardown();
+                }
+                return Err(e);
+            }
+        };
         say(&format!(
             "chaos: seed {seed} (horizon {} s): {} — {} requests ({} ok), {} faults, drift {} items ({} likes), acknowledged likes lost {} of {}, unlikes lost {} of {}, likes of erased users left {}, drained {}",
             r.horizon_s,
