@@ -105,6 +105,10 @@ var Edge = porcupine.Model{
 	},
 	DescribeState: func(state interface{}) string {
 		s := state.(State)
-		return fmt.Sprintf("liked=%t op_id=%d keys=%d", s.Liked, s.OpID, strings.Count(s.Keys, "\n")+min(1, len(s.Keys)))
+		keys := 0
+		if s.Keys != "" {
+			keys = strings.Count(s.Keys, "\n") + 1
+		}
+		return fmt.Sprintf("liked=%t op_id=%d keys=%d", s.Liked, s.OpID, keys)
 	},
 }

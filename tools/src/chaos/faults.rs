@@ -114,16 +114,7 @@ pub fn schedule(seed: u64, seconds: f64, extra: usize) -> Vec<Planned> {
             _ => Fault::Kill { process: "count" },
         });
     }
-    let mut planned: Vec<Planned> = faults
-        .into_iter()
-        .map(|fault| Planned {
-            at_s: (seconds * rng.random_range(0.1..0.8) * 10.0).round() / 10.0,
-            fault,
-            outcome: None,
-        })
-        .collect();
-    planned.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
-    planned
+    spread(faults, seconds, &mut rng)
 }
 
 /// The schedule of a seed on the replicated stack: a leader bounce, a Cassandra node killed, a
@@ -177,6 +168,11 @@ pub fn schedule_cluster(seed: u64, seconds: f64, extra: usize, max_skew_s: i64) 
         let k = rng.random_range(0..9);
         faults.push(any(&mut rng, k));
     }
+    spread(faults, seconds, &mut rng)
+}
+
+/// Each fault at a time drawn over the middle of the load (10 %..80 %), in time order.
+fn spread(faults: Vec<Fault>, seconds: f64, rng: &mut StdRng) -> Vec<Planned> {
     let mut planned: Vec<Planned> = faults
         .into_iter()
         .map(|fault| Planned {
