@@ -22,6 +22,9 @@ pub(super) struct NodeDown {
     start: Option<tokio::task::JoinHandle<Result<()>>>,
     /// Its entry in [`Strikes::outages`].
     outage: usize,
+    /// Starts that failed so far: one is tried again, as an operator would after a fault of
+    /// the run itself (a partition, a paused peer) stood in its way.
+    failed_starts: u32,
 }
 
 /// What ends a partition or a pause.
@@ -200,11 +203,26 @@ impl Strikes<'_> {
         while i < self.nodes_down.len() {
             let d = &mut self.nodes_down[i];
             if d.start.as_ref().is_some_and(|t| t.is_finished()) {
-                let d = self.nodes_down.swap_remove(i);
-                d.start
+                let outcome = d
+                    .start
+                    .take()
                     .expect("checked")
                     .await
-                    .map_err(|e| anyhow!("starting {}: {e}", d.node))??;
+                    .map_err(|e| anyhow!("starting {}: {e}", d.node))?;
+                if let Err(e) = outcome {
+                    d.failed_starts += 1;
+                    if d.failed_starts > 1 {
+                        return Err(e.context(format!("{} did not start twice", d.node)));
+                    }
+                    say(&format!(
+                        "  t={:>5.1}s {} did not start ({e:#}); starting it again",
+                        started.elapsed().as_secs_f64(),
+                        d.node
+                    ));
+                    i += 1;
+                    continue;
+                }
+                let d = self.nodes_down.swap_remove(i);
                 self.outages[d.outage].2 = Some(self.live.t0.elapsed().as_secs_f64());
                 say(&format!(
                     "  t={:>5.1}s {} is up again",
@@ -234,6 +252,7 @@ impl Strikes<'_> {
             back_at: Instant::now() + Duration::from_secs(down_s),
             start: None,
             outage: self.outages.len() - 1,
+            failed_starts: 0,
         });
         Ok(())
     }
