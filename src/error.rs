@@ -13,6 +13,14 @@ pub enum Error {
     #[error("configuration: {0}")]
     Config(String),
 
+    /// What the operator gave a command is wrong (a file, a flag's value): fix it and run again.
+    #[error("bad input: {0}")]
+    Input(String),
+
+    /// A service the command reports to (not Kafka or CQL: a Pushgateway) failed or refused.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+
     /// The command will not go ahead while something else runs (a consumer group with live
     /// members): the operator stops that first.
     #[error("refused: {0}")]
@@ -126,6 +134,17 @@ boxed_from!(
     CqlTypeCheck(scylla::deserialize::TypeCheckError),
 );
 
+/// Who acts on an error: see [`Error::domain`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Domain {
+    /// The person who ran the command: configuration, input, a precondition, a race.
+    User,
+    /// A dependency (Kafka, CQL, a Pushgateway): processes retry; jobs retry, then say so.
+    External,
+    /// Ours: decoding, local state, a fault test's injection.
+    Internal,
+}
+
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -164,8 +183,34 @@ impl Error {
             | Error::CqlPaging(_)
             | Error::CqlNextRow(_)
             | Error::CqlTransient(_)
+            | Error::Unavailable(_)
             | Error::Timeout(..) => true,
             _ => false,
+        }
+    }
+
+    /// Who acts on the error (after arroyo's `ErrorDomain`): the person who ran the command
+    /// (their configuration, input or timing), the operator of a dependency (wait or repair
+    /// it), or us (a bug or broken local state: file an issue with the log).
+    pub fn domain(&self) -> Domain {
+        match self {
+            Error::Config(_)
+            | Error::Input(_)
+            | Error::Refused(_)
+            | Error::Raced(_)
+            | Error::Topology(_)
+            | Error::Schema(_) => Domain::User,
+            Error::Kafka(_)
+            | Error::Topic { .. }
+            | Error::CqlConnect(_)
+            | Error::CqlExecution(_)
+            | Error::CqlPaging(_)
+            | Error::CqlNextRow(_)
+            | Error::CqlTransient(_)
+            | Error::Unavailable(_)
+            | Error::Timeout(..) => Domain::External,
+            Error::Stage { source, .. } => source.domain(),
+            _ => Domain::Internal,
         }
     }
 
@@ -177,7 +222,7 @@ impl Error {
         use rdkafka::error::KafkaError as K;
         match self {
             Error::Kafka(K::ClientConfig(..) | K::ClientCreation(_) | K::Subscription(_)) => true,
-            Error::Kafka(_) | Error::Timeout(..) => false,
+            Error::Kafka(_) | Error::Timeout(..) | Error::Unavailable(_) => false,
             Error::CqlConnect(_)
             | Error::CqlExecution(_)
             | Error::CqlPaging(_)
@@ -199,6 +244,8 @@ mod tests {
             Error::CqlTransient("x".into()),
             Error::Timeout(std::time::Duration::ZERO, "x".into()),
             Error::Config("x".into()),
+            Error::Input("x".into()),
+            Error::Unavailable("x".into()),
             Error::Refused("x".into()),
             Error::Raced("x".into()),
             Error::State("x".into()),
@@ -207,5 +254,16 @@ mod tests {
         for e in &samples {
             assert!(!(e.is_retryable() && e.ends_process()), "{e}");
         }
+    }
+
+    /// Bad input is the user's to fix and never retried; a dependency's failure is retried.
+    #[test]
+    fn bad_input_is_the_users_and_a_dependency_failure_is_retried() {
+        let input = Error::Input("x".into());
+        assert_eq!(input.domain(), super::Domain::User);
+        assert!(!input.is_retryable());
+        let gone = Error::Unavailable("x".into());
+        assert_eq!(gone.domain(), super::Domain::External);
+        assert!(gone.is_retryable());
     }
 }

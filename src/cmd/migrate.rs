@@ -62,6 +62,49 @@ impl std::fmt::Display for MigrateReport {
     }
 }
 
+/// Create the CQL keyspace and tables, and record the topology's bucket count and window
+/// in it (idempotent; adds columns a newer version needs, never drops or rewrites a table).
+///
+/// Example: after changing `window` in topology/, `likes migrate --accept-window-change`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Record a new window length (safe: the counter fence compares window end times).
+    /// Without it, a window other than the recorded one is refused.
+    #[arg(long)]
+    pub accept_window_change: bool,
+}
+
+/// `likes migrate`.
+pub async fn command(args: Args, ctx: &crate::ops::Ctx) -> Result<crate::ops::Done> {
+    let session = crate::cql::connect(&ctx.settings.cql).await?;
+    let (report, recorded) = migrate_and_record(&session, ctx, args.accept_window_change).await?;
+    let mut said = report.to_string();
+    for line in recorded {
+        said.push('\n');
+        said.push_str(&line);
+    }
+    Ok(crate::ops::Done::report(said))
+}
+
+/// What `likes migrate` does, for every caller (the command, the tools' namespaces, the
+/// tests): the schema applied, then the topology recorded in the keyspace (which a
+/// migration that failed half-way must not have recorded). Returns what each said.
+pub async fn migrate_and_record(
+    session: &Session,
+    ctx: &crate::ops::Ctx,
+    accept_window_change: bool,
+) -> Result<(MigrateReport, Vec<String>)> {
+    let report = run(session, &ctx.settings.cql).await?;
+    let recorded = crate::store::recorded::record(
+        session,
+        &ctx.settings.cql.keyspace,
+        &ctx.topology,
+        accept_window_change,
+    )
+    .await?;
+    Ok((report, recorded))
+}
+
 /// Applies the schema to `settings.keyspace`.
 pub async fn run(session: &Session, settings: &CqlSettings) -> Result<MigrateReport> {
     let ks = settings.keyspace.as_str();

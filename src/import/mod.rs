@@ -74,6 +74,88 @@ impl Args {
     }
 }
 
+/// Load the likes a team already has from a file (CSV with a header, JSON Lines,
+/// Parquet), or a directory of part files, into the edges, as the write path would have
+/// left them (docs/adoption.md).
+///
+/// Every write is conditional: an edge the live write path has touched is left as it is,
+/// and a re-run or a resumed run changes nothing. Killed, it resumes at its checkpoint
+/// in --state-dir. It writes no counts: afterwards run
+/// `likes reconcile --items-from <state dir>/items.txt`.
+///
+/// Examples:
+///   likes import likes.csv
+///   likes import export.parquet --item-column post_id --user-column member_id \
+///       --time-column created_at --all-liked
+///   likes import likes.jsonl --dry-run            # check the file and the mapping
+///   likes import export/                          # every part file, in name order
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Flags {
+    /// Files of edges, one row per (item, user), or directories of part files (names
+    /// starting with _ or . are skipped: _SUCCESS, .crc files).
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// csv, jsonl or parquet (default: from each file name's extension).
+    #[arg(long, value_parser = |s: &str| Format::parse(s).map_err(|e| e.to_string()))]
+    pub format: Option<Format>,
+    #[arg(long, default_value = "item_id")]
+    pub item_column: String,
+    #[arg(long, default_value = "user_id")]
+    pub user_column: String,
+    /// true/false, 1/0, liked/unliked; the latest row (by time) of an edge wins.
+    #[arg(long, default_value = "liked", conflicts_with = "all_liked")]
+    pub liked_column: String,
+    /// The file has no liked column: every row is a like.
+    #[arg(long)]
+    pub all_liked: bool,
+    /// When the edge took its state: Unix ms or RFC 3339 (Parquet: a timestamp).
+    #[arg(long, default_value = "liked_at")]
+    pub time_column: String,
+    /// Checkpoint, rejects.jsonl and items.txt (default: PATH.import/ beside the one path;
+    /// required for several).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Rows in flight at once (memory stays flat in the file's size).
+    #[arg(long, default_value_t = 4096)]
+    pub window: usize,
+    /// CQL statements in flight at once.
+    #[arg(long, default_value_t = 96)]
+    pub concurrency: usize,
+    /// Read and check every row, write the rejects; write nothing to the database.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+impl From<Flags> for Args {
+    fn from(f: Flags) -> Self {
+        Args {
+            paths: f.paths,
+            format: f.format,
+            mapping: Mapping {
+                item: f.item_column,
+                user: f.user_column,
+                liked: (!f.all_liked).then_some(f.liked_column),
+                time: f.time_column,
+            },
+            state_dir: f.state_dir,
+            window: f.window,
+            concurrency: f.concurrency,
+            dry_run: f.dry_run,
+        }
+    }
+}
+
+/// `likes import`. A dependency's restart fails a run; the next resumes at the checkpoint.
+pub async fn command(flags: Flags, ctx: &crate::ops::Ctx) -> Result<crate::ops::Done> {
+    let args = Args::from(flags);
+    let report = crate::ops::retrying("import", ctx.settings.ops.wait_timeout, || {
+        run(&ctx.settings, &ctx.topology, &args)
+    })
+    .await?;
+    Ok(crate::ops::Done::report(report))
+}
+
 #[derive(Debug, Clone)]
 pub struct ImportReport {
     pub tally: Tally,

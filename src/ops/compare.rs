@@ -43,9 +43,8 @@ impl CompareReport {
     }
 
     /// Prometheus text format, for a textfile collector.
-    pub fn gauges(&self) -> String {
-        let mut s = String::new();
-        for (name, help, v) in [
+    pub fn gauges(&self) -> Vec<super::gauges::Gauge> {
+        vec![
             (
                 "likes_compare_items",
                 "Items compared with the old counter",
@@ -71,12 +70,7 @@ impl CompareReport {
                 "The cut the counts were taken at (Unix ms)",
                 self.cut,
             ),
-        ] {
-            s.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
-            ));
-        }
-        s
+        ]
     }
 }
 
@@ -142,7 +136,7 @@ pub fn read_counts(path: &Path) -> Result<HashMap<String, i64>> {
         match count.parse::<i64>() {
             Ok(c) => {
                 if out.insert(item.to_string(), c).is_some() {
-                    return Err(Error::Config(format!(
+                    return Err(Error::Input(format!(
                         "{} line {}: item {item:?} twice",
                         path.display(),
                         n + 1
@@ -152,7 +146,7 @@ pub fn read_counts(path: &Path) -> Result<HashMap<String, i64>> {
             // The first line may name the columns.
             Err(_) if n == 0 => {}
             Err(_) => {
-                return Err(Error::Config(format!(
+                return Err(Error::Input(format!(
                     "{} line {}: {line:?} is not item,count",
                     path.display(),
                     n + 1
@@ -200,6 +194,46 @@ pub async fn run(p: &Pipeline, old: HashMap<String, i64>, show: usize) -> Result
     })
 }
 
+/// Compare the old counter's counts (a file of item,count) with this one's at a cut:
+/// a table of the items that differ, largest first, and gauges.
+///
+/// Examples:
+///   likes compare --old old-counts.csv
+///   likes compare --old old-counts.csv --metrics-file /var/lib/node_exporter/likes_compare.prom
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// item,count per line (comma or tab; a header line allowed).
+    #[arg(long)]
+    pub old: std::path::PathBuf,
+    /// Items shown in the table (the largest differences).
+    #[arg(long, default_value_t = 20)]
+    pub show: usize,
+    #[command(flatten)]
+    pub gauges: super::gauges::Outputs,
+    /// Exit 1 when any item differs.
+    #[arg(long)]
+    pub fail_on_diff: bool,
+}
+
+/// `likes compare`.
+pub async fn command(args: Args, ctx: &super::Ctx) -> Result<super::Done> {
+    let counts = read_counts(&args.old)?;
+    let report = super::retrying("compare", ctx.settings.ops.wait_timeout, || async {
+        let p = Pipeline::connect(&ctx.settings, &ctx.topology).await?;
+        run(&p, counts.clone(), args.show).await
+    })
+    .await?;
+    args.gauges
+        .publish("likes_compare", &report.gauges())
+        .await?;
+    let differ = report.differ.len();
+    Ok(super::Done::report(report).failing_if(
+        args.fail_on_diff && differ > 0,
+        format!("{differ} items differ from the old counter"),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,7 +272,9 @@ mod tests {
             show: 20,
         };
         assert_eq!((r.abs_sum(), r.max_abs()), (5, 4));
-        assert!(r.gauges().contains("likes_compare_differing_items 2"));
+        assert!(
+            super::super::gauges::render(&r.gauges()).contains("likes_compare_differing_items 2")
+        );
         assert!(r
             .to_string()
             .contains("3 items compared at cut 1000: 2 differ"));

@@ -313,10 +313,9 @@ impl std::fmt::Display for Recount {
 impl Recount {
     /// The run as Prometheus gauges (for `--metrics-file` or `--push`): the alerts watch that
     /// the queue is drained every hour and loses nothing (docs/operations.md).
-    pub fn gauges(&self) -> String {
-        let mut s = String::new();
+    pub fn gauges(&self) -> Vec<super::gauges::Gauge> {
         let now_s = crate::runtime::clock::now_ms() / 1000;
-        for (name, help, v) in [
+        vec![
             (
                 "likes_recount_last_drained_timestamp_seconds",
                 "when the recount queue was last marked drained (Unix s)",
@@ -342,10 +341,7 @@ impl Recount {
                 "records the last recount run read that name no item",
                 self.queue.unattributed as i64,
             ),
-        ] {
-            s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"));
-        }
-        s
+        ]
     }
 }
 

@@ -2,11 +2,10 @@
 //! first. Prints a table; as a CronJob it leaves its gauges for Prometheus (a textfile for
 //! node_exporter, or a Pushgateway).
 
-use std::fmt::Write as _;
-
 use rand::seq::SliceRandom;
 
 use super::cut::{self, ItemAtCut, Pipeline};
+use super::{gauges, Ctx, Done};
 use crate::error::{Error, Result};
 
 /// Which items to look at.
@@ -84,12 +83,11 @@ impl DriftReport {
         self.items.iter().filter(|i| i.drift().is_none()).count()
     }
 
-    /// Prometheus text exposition of the run's gauges.
-    pub fn gauges(&self) -> String {
+    /// The run's gauges (ops/gauges.rs renders them).
+    pub fn gauges(&self) -> Vec<gauges::Gauge> {
         let drifted = self.drifted();
         let abs: i64 = drifted.iter().map(|d| d.1.abs()).sum();
-        let mut s = String::new();
-        for (name, help, v) in [
+        vec![
             (
                 "likes_drift_items",
                 "items whose count differs from their LIKED edges at the cut",
@@ -115,10 +113,7 @@ impl DriftReport {
                 "the cut compared at, Unix seconds",
                 self.cut_ms / 1000,
             ),
-        ] {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        }
-        s
+        ]
     }
 }
 
@@ -183,43 +178,80 @@ pub async fn run(p: &Pipeline, scope: &Scope) -> Result<DriftReport> {
     Ok(DriftReport { cut_ms: k, items })
 }
 
-/// Writes the gauges where a textfile collector reads them (atomically: write, then rename).
-pub fn write_metrics_file(path: &std::path::Path, text: &str) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(Error::io(format!("writing {}", tmp.display())))?;
-    std::fs::rename(&tmp, path).map_err(Error::io(format!("renaming to {}", path.display())))
+/// Compare counter rows with LIKED edges at a cut, while traffic goes on; print a table.
+///
+/// Exit status 0 whatever the drift; the gauges likes_drift_items and likes_drift_abs say
+/// it. Items with an edge flipped twice since the cut are reported "in flight".
+///
+/// Examples:
+///   likes drift --sample 100          # the 50 hottest items and 50 at random
+///   likes drift --item i-42 --item i-7
+///   likes drift --all --metrics-file /var/lib/node_exporter/likes_drift.prom
+///   likes drift --sample 1000 --push http://pushgateway:9091
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub gauges: gauges::Outputs,
 }
 
-/// PUTs the gauges to a Prometheus Pushgateway (`http://host:port`), as `job` (`likes_drift`,
-/// `likes_recount`).
-pub async fn push(gateway: &str, job: &str, text: &str) -> Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = gateway.strip_prefix("http://").ok_or_else(|| {
-        Error::Config(format!(
-            "--push {gateway:?}: only http://host:port is supported"
-        ))
-    })?;
-    let host = rest.trim_end_matches('/');
-    let mut conn = tokio::net::TcpStream::connect(host)
-        .await
-        .map_err(Error::io(format!("connecting to the Pushgateway {host}")))?;
-    let req = format!(
-        "PUT /metrics/job/{job} HTTP/1.1\r\nHost: {host}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-        text.len()
-    );
-    conn.write_all(req.as_bytes())
-        .await
-        .map_err(Error::io("pushing the gauges"))?;
-    let mut answer = String::new();
-    conn.read_to_string(&mut answer)
-        .await
-        .map_err(Error::io("reading the Pushgateway's answer"))?;
-    let status = answer.split_whitespace().nth(1).unwrap_or("");
-    if !status.starts_with('2') {
-        return Err(Error::Config(format!(
-            "the Pushgateway answered {:?}",
-            answer.lines().next().unwrap_or("")
-        )));
+/// Which items drift and reconcile look at.
+#[derive(clap::Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct ScopeArgs {
+    /// One item (repeat for more).
+    #[arg(long = "item")]
+    pub items: Vec<String>,
+    /// N items: the hottest half by count, the rest at random.
+    #[arg(long)]
+    pub sample: Option<usize>,
+    /// Every item with an edge or a counter row.
+    #[arg(long)]
+    pub all: bool,
+    /// The items listed in a file, one per line (an import's items.txt).
+    #[arg(long)]
+    pub items_from: Option<std::path::PathBuf>,
+    /// Every item the recount queue names (likes.dlq: flips stage 1 dead-lettered or counted
+    /// on a guess) and this region homes. `reconcile` puts back the items it could not
+    /// settle, then marks the queue drained.
+    #[arg(long)]
+    pub dead_letters: bool,
+}
+
+impl ScopeArgs {
+    pub fn scope(self) -> Result<Scope> {
+        if let Some(path) = &self.items_from {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::Input(format!("--items-from {}: {e}", path.display())))?;
+            let items: Vec<String> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect();
+            return Ok(Scope::Items(items));
+        }
+        Ok(
+            match (self.items.is_empty(), self.sample, self.dead_letters) {
+                (false, _, _) => Scope::Items(self.items),
+                (true, Some(n), _) => Scope::Sample(n),
+                (true, None, true) => Scope::DeadLetters,
+                (true, None, false) => Scope::All,
+            },
+        )
     }
-    Ok(())
+}
+
+/// `likes drift`.
+pub async fn command(args: Args, ctx: &Ctx) -> Result<Done> {
+    let scope = args.scope.scope()?;
+    let report = super::retrying("drift", ctx.settings.ops.wait_timeout, || async {
+        let p = Pipeline::connect(&ctx.settings, &ctx.topology).await?;
+        run(&p, &scope).await
+    })
+    .await?;
+    args.gauges.publish("likes_drift", &report.gauges()).await?;
+    Ok(Done::report(report))
 }

@@ -416,3 +416,32 @@ pub async fn export_pending(
         }
     }
 }
+
+/// Erase accounts: unlike each of the user's likes through the write path (rate-limited,
+/// checkpointed), then, ops.erase_purge_after later, delete the user's rows.
+///
+/// Without --user it works every erasure requested by POST /v1/admin/erasures. Safe to
+/// run twice and to kill: it resumes at its checkpoint, and its request keys replay.
+///
+/// Examples:
+///   likes erase                       # the queue (a CronJob)
+///   likes erase --user u-123          # one user, by hand (requests the erasure too)
+///   LIKES__OPS__ERASE_RATE=50 likes erase
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Erase this user (requesting the erasure if none is open) instead of the queue.
+    #[arg(long, value_parser = crate::write::id_arg)]
+    pub user: Option<String>,
+}
+
+/// `likes erase`. Resumes at its checkpoint each time it is run again (chaos: an erase died
+/// on a Cassandra kill mid-walk and left the user's likes standing).
+pub async fn command(args: Args, ctx: &super::Ctx) -> Result<super::Done> {
+    let report = super::retrying("erase", ctx.settings.ops.wait_timeout, || async {
+        let job = Eraser::connect(&ctx.settings, &ctx.topology).await?;
+        run(&job, args.user.as_deref()).await
+    })
+    .await?;
+    Ok(super::Done::report(report))
+}

@@ -1,12 +1,15 @@
 //! The operations jobs an on-call engineer runs: `erase`, `drift`, `reconcile`, `rebuild`,
 //! `replay`, `region`, `compare`.
-//! Each is safe to run twice and to kill halfway, and says what it is doing.
+//! Each is safe to run twice and to kill halfway, and says what it is doing. Each owns its
+//! command: its flags (`Args`, with their help) and `command(args, ctx)`, which runs the job
+//! as `likes <job>` does and returns what it prints ([`Done`]); `main` only dispatches.
 
 pub mod compare;
 pub mod cut;
 pub mod dead_letters;
 pub mod drift;
 pub mod erase;
+pub mod gauges;
 pub mod progress;
 pub mod rebuild;
 pub mod reconcile;
@@ -16,7 +19,42 @@ pub mod replay;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use crate::config::Settings;
 use crate::error::Result;
+use crate::topology::Topology;
+
+/// What every command runs with: the effective settings and topology (runtime::Boot).
+pub struct Ctx {
+    pub settings: Settings,
+    pub topology: Topology,
+}
+
+/// What a command leaves when it ends: the report it prints on stdout, and the reason the run
+/// fails after it (exit 1), when the report is not the end of the work (items left in
+/// flight: run it again).
+#[derive(Debug, Default)]
+pub struct Done {
+    pub report: String,
+    pub failure: Option<String>,
+}
+
+impl Done {
+    /// A report, and the run succeeded.
+    pub fn report(report: impl std::fmt::Display) -> Self {
+        Done {
+            report: report.to_string(),
+            failure: None,
+        }
+    }
+
+    /// The run fails with `why` (after its report is printed) when `failed`.
+    pub fn failing_if(mut self, failed: bool, why: impl Into<String>) -> Self {
+        if failed {
+            self.failure = Some(why.into());
+        }
+        self
+    }
+}
 
 /// Runs a whole operations job again when a dependency failed it (a broker or database
 /// restarting: an error worth retrying), with backoff, until `deadline` has passed; every job

@@ -276,3 +276,23 @@ fn commit_resume(
     info!(%group, ?resume, clock = w0, "count group set to replay the tail from the cut");
     Ok(())
 }
+
+/// Re-derive the counter table from the edges at a cut and set stage 2 to replay the
+/// deltas tail on top. Stage 2 must be stopped; start it again afterwards.
+///
+/// Example (counter table lost):
+///   kubectl -n likes scale statefulset/likes-count --replicas=0
+///   likes migrate && likes rebuild
+///   kubectl -n likes scale statefulset/likes-count --replicas=N
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {}
+
+/// `likes rebuild`.
+pub async fn command(_: Args, ctx: &super::Ctx) -> Result<super::Done> {
+    let report = super::retrying("rebuild", ctx.settings.ops.wait_timeout, || async {
+        run(&Pipeline::connect(&ctx.settings, &ctx.topology).await?).await
+    })
+    .await?;
+    Ok(super::Done::report(report))
+}

@@ -279,12 +279,33 @@ pub fn parse_time(s: &str) -> Result<i64> {
         return Ok(ms);
     }
     humantime::parse_rfc3339_weak(s.trim_end_matches('Z'))
-        .map_err(|e| Error::Config(format!("--to-time {s:?}: {e} (use Unix ms or RFC 3339)")))
+        .map_err(|e| Error::Input(format!("--to-time {s:?}: {e} (use Unix ms or RFC 3339)")))
         .map(|t| {
             t.duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as i64)
                 .unwrap_or(0)
         })
+}
+
+/// Reset a stage's consumer group to replay its input; counts do not move.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The group, as on the cluster (with the topic prefix), e.g. likes-count.
+    #[arg(long)]
+    pub group: String,
+    /// Replay the whole retained input.
+    #[arg(long, conflicts_with = "to_time", required_unless_present = "to_time")]
+    pub to_earliest: bool,
+    /// Replay from the first record at or after this time (Unix ms or RFC 3339).
+    #[arg(long, value_parser = |s: &str| parse_time(s).map_err(|e| e.to_string()))]
+    pub to_time: Option<i64>,
+}
+
+/// `likes replay`.
+pub async fn command(args: Args, ctx: &super::Ctx) -> Result<super::Done> {
+    let target = args.to_time.map_or(Target::Earliest, Target::Time);
+    let report = run_checked(&ctx.settings, &ctx.topology, &args.group, target).await?;
+    Ok(super::Done::report(report))
 }
 
 #[cfg(test)]

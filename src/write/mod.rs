@@ -127,6 +127,16 @@ pub fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b':'))
 }
 
+/// [`valid_id`] as a command-line value parser (`--user`): every command checks an id the
+/// same way, with the same words.
+pub fn id_arg(id: &str) -> std::result::Result<String, String> {
+    if valid_id(id) {
+        Ok(id.to_string())
+    } else {
+        Err("an id is 1-128 characters of A-Z a-z 0-9 _ - :".into())
+    }
+}
+
 /// A publish error that a later publish by the relay may not meet: the broker away or slow,
 /// or the producer's own queue full or timed out while it is.
 /// A flip's event left to the relay: counted, and said at debug (a broker outage defers

@@ -445,11 +445,8 @@ async fn drift_and_reconcile_under_live_writes() {
     let want: BTreeMap<String, i64> =
         [("item-3".to_string(), 5), ("item-5".to_string(), -2)].into();
     assert_eq!(drifted(&report), want, "{report}");
-    assert!(
-        report.gauges().contains("likes_drift_abs 7"),
-        "{}",
-        report.gauges()
-    );
+    let gauges = likes::ops::gauges::render(&report.gauges());
+    assert!(gauges.contains("likes_drift_abs 7"), "{gauges}");
 
     // A run stopped right after sending its first correction, then run again.
     fail::cfg("reconcile-after-send", "1*return").unwrap();

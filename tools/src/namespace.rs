@@ -23,16 +23,13 @@ pub async fn create(
     accept_window_change: bool,
 ) -> Result<(Arc<Session>, Vec<String>)> {
     let session = cql::connect(&settings.cql).await?;
-    cmd::migrate::run(&session, &settings.cql)
+    let ctx = likes::ops::Ctx {
+        settings: settings.clone(),
+        topology: topology.clone(),
+    };
+    let (_, said) = cmd::migrate::migrate_and_record(&session, &ctx, accept_window_change)
         .await
         .context("a keyspace from an older version? `make stack-reset` wipes the stack")?;
-    let said = likes::store::recorded::record(
-        &session,
-        &settings.cql.keyspace,
-        topology,
-        accept_window_change,
-    )
-    .await?;
     cmd::topics::run(settings, topology).await?;
     Ok((session, said))
 }
