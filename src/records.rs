@@ -180,6 +180,13 @@ pub enum DeltaInput {
     Tick,
 }
 
+/// Decodes a `likes.events` value (or a dead letter's copy of one). Stage 1 then checks it
+/// against the topology (dedupe/event.rs); the recount queue only reads its item and time.
+pub fn decode_event(payload: Option<&[u8]>) -> std::result::Result<LikeEvent, String> {
+    let v = payload.ok_or_else(|| "record has no value".to_string())?;
+    LikeEvent::decode(v).map_err(|e| format!("undecodable LikeEvent: {e}"))
+}
+
 /// Decodes a `likes.deltas` value; a reason when it is not one stage 2 may apply (a dead
 /// letter).
 pub fn decode_deltas(payload: Option<&[u8]>) -> std::result::Result<DeltaInput, String> {

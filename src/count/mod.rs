@@ -12,7 +12,6 @@ pub mod window;
 
 use std::time::Duration;
 
-use rdkafka::consumer::Consumer;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{BaseProducer, Producer};
 use tracing::{info, warn};
@@ -188,9 +187,9 @@ impl Count {
                     let timeout = self.settings.kafka.request_timeout;
                     let (consumer, topic) = (&self.input.consumer, &self.input.topic);
                     tokio::task::block_in_place(|| {
-                        consumer.fetch_watermarks(topic, r.partition, timeout)
+                        crate::kafka::offsets::extent(consumer, topic, r.partition, timeout)
                     })?
-                    .1
+                    .high
                 }
                 _ => 0,
             };

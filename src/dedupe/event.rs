@@ -1,8 +1,6 @@
 //! Decoding and validating one `likes.events` record. Anything that fails here goes to the
 //! dead-letter topic with the reason; it never stops the stage and never vanishes.
 
-use prost::Message;
-
 use super::rule::Flip;
 use crate::hash;
 use crate::records::{EARLIER_FLIPS, MAX_ID_BYTES};
@@ -38,8 +36,7 @@ pub fn parse(
     payload: Option<&[u8]>,
     buckets: u32,
 ) -> Result<ValidEvent, String> {
-    let payload = payload.ok_or("record has no value")?;
-    let event = LikeEvent::decode(payload).map_err(|e| format!("undecodable LikeEvent: {e}"))?;
+    let event = crate::records::decode_event(payload)?;
     for (name, id) in [("item_id", &event.item_id), ("user_id", &event.user_id)] {
         if id.is_empty() || id.len() > MAX_ID_BYTES || id.chars().any(char::is_control) {
             return Err(format!(
@@ -100,6 +97,7 @@ pub fn parse(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message as _;
 
     fn event(op_id: u64, state: EdgeState) -> LikeEvent {
         LikeEvent {

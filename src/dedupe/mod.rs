@@ -23,11 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::Offset;
 use tracing::{info, warn};
 
 use crate::config::Settings;
@@ -368,10 +366,11 @@ impl Dedupe {
                 warn!(error = %e, "transaction failed; aborting and re-reading the batch");
                 self.abort()?;
                 for (&p, &(first, _)) in &batch.offsets {
-                    self.input.consumer.seek(
+                    crate::kafka::offsets::seek(
+                        &self.input.consumer,
                         &self.input.topic,
                         p,
-                        Offset::Offset(first),
+                        first,
                         self.settings.kafka.request_timeout,
                     )?;
                 }

@@ -21,9 +21,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 use rocksdb::WriteBatch;
 use tracing::{info, warn};
 
@@ -31,7 +30,7 @@ use super::state::{decode_version, EdgeStore, PartitionMark, EMITTED_KEY};
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::kafka::group::DedupeOffset;
-use crate::kafka::{self, LogContext};
+use crate::kafka::{self, offsets, LogContext};
 
 /// How a partition's state was brought in line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,9 +166,9 @@ fn restore_from_changelog(
         .create_with_context(LogContext)?;
     let timeout = settings.kafka.request_timeout;
     let mut progress: HashMap<i32, Progress> = HashMap::new();
-    let mut tpl = TopicPartitionList::new();
+    let mut starts = Vec::new();
     for &(p, want) in wants {
-        let (low, high) = probe.fetch_watermarks(topic, p, timeout)?;
+        let offsets::Extent { low, high, .. } = offsets::extent(&probe, topic, p, timeout)?;
         let mut from = store.restored(p)?;
         if from.is_some_and(|r| r.next > high) {
             // Past this changelog's end: the position is of a topic since recreated.
@@ -190,8 +189,8 @@ fn restore_from_changelog(
         let done = high <= low || merged;
         if !done {
             let start = match from {
-                Some(r) if r.next > low => Offset::Offset(r.next),
-                _ => Offset::Beginning,
+                Some(r) if r.next > low => offsets::Start::At(r.next),
+                _ => offsets::Start::Beginning,
             };
             info!(
                 partition = p,
@@ -200,7 +199,7 @@ fn restore_from_changelog(
                 high,
                 "restoring from the changelog"
             );
-            tpl.add_partition_offset(topic, p, start)?;
+            starts.push((p, start));
         }
         progress.insert(
             p,
@@ -212,8 +211,8 @@ fn restore_from_changelog(
             },
         );
     }
-    if tpl.count() > 0 {
-        consumer.assign(&tpl)?;
+    if !starts.is_empty() {
+        offsets::assign(&consumer, topic, &starts)?;
     }
 
     let mut batch = WriteBatch::default();

@@ -8,14 +8,13 @@ use std::collections::BTreeMap;
 use rdkafka::consumer::Consumer;
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Offset, TopicPartitionList};
 use tracing::warn;
 
 use super::state::{self, PartitionMark, EMITTED_KEY};
 use super::{send, Batch, Dedupe};
 use crate::error::{Error, Result};
 use crate::kafka;
-use crate::kafka::group::DedupeOffset;
+use crate::kafka::group::{self, DedupeOffset};
 use crate::records;
 use crate::runtime::clock::now_ms;
 use crate::runtime::metrics as m;
@@ -98,25 +97,30 @@ impl Dedupe {
             )?;
         }
         if !batch.offsets.is_empty() {
-            let mut tpl = TopicPartitionList::new();
-            for (&p, mark) in marks {
-                tpl.add_partition_offset(&self.input.topic, p, Offset::Offset(mark.offset))?;
-                if let Some(mut e) = tpl.find_partition(&self.input.topic, p) {
+            let positions: Vec<(i32, i64, String)> = marks
+                .iter()
+                .map(|(&p, mark)| {
                     let horizon = self
                         .horizons
                         .get(&p)
                         .map(|h| h.settled(now_ms()).to_string())
                         .unwrap_or_default();
-                    e.set_metadata(DedupeOffset::metadata(mark.emitted, &mark.token, &horizon));
-                }
-            }
+                    let meta = DedupeOffset::metadata(mark.emitted, &mark.token, &horizon);
+                    (p, mark.offset, meta)
+                })
+                .collect();
             let meta = self
                 .input
                 .consumer
                 .group_metadata()
                 .ok_or_else(|| Error::Config("consumer has no group metadata".into()))?;
-            self.producer
-                .send_offsets_to_transaction(&tpl, &meta, timeout)?;
+            group::send_in_transaction(
+                &self.producer,
+                &meta,
+                &self.input.topic,
+                &positions,
+                timeout,
+            )?;
         }
         // Fault-test hooks at the narrow moments, armed only for batches that carry events.
         if !batch.offsets.is_empty() {

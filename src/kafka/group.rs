@@ -60,6 +60,20 @@ pub fn commit<C: ConsumerContext>(
     Ok(())
 }
 
+/// Adds `(partition, offset, metadata)` of `topic` to the producer's open transaction (stage
+/// 1's exactly-once commit: the positions commit with the records or not at all).
+pub fn send_in_transaction<C: rdkafka::producer::ProducerContext>(
+    producer: &rdkafka::producer::BaseProducer<C>,
+    group: &rdkafka::consumer::ConsumerGroupMetadata,
+    topic: &str,
+    positions: &[(i32, i64, String)],
+    timeout: Duration,
+) -> Result<()> {
+    use rdkafka::producer::Producer;
+    producer.send_offsets_to_transaction(&positions_list(topic, positions)?, group, timeout)?;
+    Ok(())
+}
+
 /// The offsets list of a commit.
 fn positions_list(topic: &str, positions: &[(i32, i64, String)]) -> Result<TopicPartitionList> {
     let mut tpl = TopicPartitionList::new();

@@ -6,9 +6,11 @@
 //!   offsets of newly assigned partitions, lag.
 //! - [`dlq`]: the dead-letter record.
 //! - [`group`]: committed positions and their metadata formats, waiting for an empty group.
+//! - [`offsets`]: every other offset read: extents, offsets of a time, positions, range reads.
 
 pub mod dlq;
 pub mod group;
+pub mod offsets;
 pub mod stage;
 
 pub use dlq::{dead_letter, DLQ_MAX_ORIGINAL_BYTES, DLQ_PREFIX_BYTES};

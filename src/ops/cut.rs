@@ -22,15 +22,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 use scylla::client::session::Session;
 use tracing::info;
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::kafka::group;
+use crate::kafka::offsets::{self, Extent};
 use crate::records::{decode_deltas, DeltaInput};
 use crate::region::{Route, Routes};
 use crate::runtime::clock::now_ms;
@@ -314,27 +314,10 @@ impl Pipeline {
         Ok(n)
     }
 
-    /// The partitions of `topic` with their high watermarks.
-    pub fn ends(&self, topic: &str) -> Result<Vec<(i32, i64, i64)>> {
+    /// The partitions of `topic` with their extents (first retained offset, end).
+    pub fn ends(&self, topic: &str) -> Result<Vec<Extent>> {
         let timeout = self.settings.kafka.request_timeout;
-        tokio::task::block_in_place(|| {
-            let md = self.kafka.fetch_metadata(Some(topic), timeout)?;
-            let mut out = Vec::new();
-            for t in md.topics().iter().filter(|t| t.name() == topic) {
-                for p in t.partitions() {
-                    let (low, high) = self.kafka.fetch_watermarks(topic, p.id(), timeout)?;
-                    out.push((p.id(), low, high));
-                }
-            }
-            if out.is_empty() {
-                return Err(Error::Topic {
-                    topic: topic.to_string(),
-                    reason: "does not exist (run `likes topics`)".into(),
-                });
-            }
-            out.sort();
-            Ok(out)
-        })
+        tokio::task::block_in_place(|| offsets::extents(&self.kafka, topic, timeout))
     }
 
     /// A group's committed offsets on `topic` (None: nothing committed).
@@ -372,7 +355,7 @@ impl Pipeline {
             self.ends(topic)
         })
         .await?;
-        let partitions: Vec<i32> = ends.iter().map(|e| e.0).collect();
+        let partitions: Vec<i32> = ends.iter().map(|e| e.partition).collect();
         loop {
             let committed = retry_transient(
                 &format!("reading {who}'s committed offsets"),
@@ -382,10 +365,16 @@ impl Pipeline {
             .await?;
             let behind: i64 = ends
                 .iter()
-                .map(|&(p, low, high)| {
-                    let at = committed.get(&p).copied().flatten().unwrap_or(low);
-                    (high - at.max(low)).max(0)
-                })
+                .map(
+                    |&Extent {
+                         partition,
+                         low,
+                         high,
+                     }| {
+                        let at = committed.get(&partition).copied().flatten().unwrap_or(low);
+                        (high - at.max(low)).max(0)
+                    },
+                )
                 .sum();
             // Stage 2 commits past a window once a later record closes it: stage 1's ticks
             // (every 200 ms) carry its committed offset past the log's end.
@@ -449,7 +438,7 @@ impl Pipeline {
         let mut out: HashMap<String, i64> = rows.keys().map(|i| (i.clone(), 0)).collect();
         let window_ms = self.topology.window.as_millis() as i64;
         for (p, items) in by_partition {
-            let high = ends.iter().find(|e| e.0 == p).map_or(0, |e| e.2);
+            let high = ends.iter().find(|e| e.partition == p).map_or(0, |e| e.high);
             let top = items.values().copied().max().unwrap_or(i64::MIN);
             self.read_deltas(&topic, p, k - SKEW_MS, high, |_, clock, input| {
                 let end = (clock.div_euclid(window_ms) + 1) * window_ms;
@@ -489,67 +478,14 @@ impl Pipeline {
     ) -> Result<i64> {
         let timeout = self.settings.kafka.request_timeout;
         tokio::task::block_in_place(|| {
-            let mut q = TopicPartitionList::new();
-            q.add_partition_offset(topic, p, Offset::Offset(from_ms))?;
-            let start = match self
-                .kafka
-                .offsets_for_times(q, timeout)?
-                .find_partition(topic, p)
-                .map(|e| e.offset())
-            {
-                Some(Offset::Offset(o)) => o,
-                _ => high,
-            };
-            if start >= high {
-                return Ok(start);
-            }
-            let mut tpl = TopicPartitionList::new();
-            tpl.add_partition_offset(topic, p, Offset::Offset(start))?;
-            self.kafka.assign(&tpl)?;
+            let start = offsets::at_time(&self.kafka, topic, &[p], from_ms, timeout)?[0]
+                .1
+                .unwrap_or(high);
             let mut clock = i64::MIN;
-            let mut next = start;
-            let deadline = Instant::now() + timeout * 4;
-            loop {
-                match self.kafka.poll(Duration::from_millis(500)) {
-                    Some(Ok(m)) => {
-                        next = m.offset() + 1;
-                        clock = clock.max(m.timestamp().to_millis().unwrap_or(0));
-                        if !f(m.offset(), clock, decode_deltas(m.payload()).ok()) {
-                            break;
-                        }
-                        if next >= high {
-                            break;
-                        }
-                    }
-                    Some(Err(e)) => {
-                        // A broker restarting (now, or during an earlier wait: the client
-                        // reports it on its next poll) is waited out; the deadline bounds it.
-                        let e = Error::from(e);
-                        if !e.is_retryable() {
-                            return Err(e);
-                        }
-                        tracing::warn!(error = %e, "reading {topic}: the broker is away; waiting");
-                    }
-                    None => {
-                        let at = self
-                            .kafka
-                            .position()?
-                            .find_partition(topic, p)
-                            .map(|e| e.offset());
-                        if matches!(at, Some(Offset::Offset(o)) if o >= high) {
-                            break;
-                        }
-                        if Instant::now() > deadline {
-                            return Err(Error::Timeout(
-                                timeout * 4,
-                                format!("reading {topic} partition {p} up to offset {high}"),
-                            ));
-                        }
-                    }
-                }
-            }
-            self.kafka.unassign()?;
-            Ok(next)
+            offsets::read_range(&self.kafka, topic, p, start, high, timeout, |m| {
+                clock = clock.max(m.timestamp().to_millis().unwrap_or(0));
+                Ok(f(m.offset(), clock, decode_deltas(m.payload()).ok()))
+            })
         })
     }
 

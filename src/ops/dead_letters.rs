@@ -13,21 +13,18 @@
 //! the same items without committing anything.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, Instant};
 
-use prost::Message as _;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
 use super::cut::Pipeline;
 use super::reconcile::ReconcileReport;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kafka::group;
+use crate::kafka::offsets::{self, Extent};
 use crate::region::Route;
-use crate::schema::v1::LikeEvent;
 
 /// The reason a requeued record carries (`likes.error`).
 pub const REQUEUED: &str = "requeued by likes reconcile --dead-letters: not settled at any cut";
@@ -83,7 +80,7 @@ pub fn item_of(key: Option<&[u8]>, payload: Option<&[u8]>) -> Option<String> {
     {
         return Some(item.to_string());
     }
-    let event = LikeEvent::decode(payload?).ok()?;
+    let event = crate::records::decode_event(payload).ok()?;
     (!event.item_id.is_empty()).then_some(event.item_id)
 }
 
@@ -104,7 +101,7 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
     let ends = p.ends(&topic)?;
     let c = consumer(p)?;
     let timeout = p.settings.kafka.request_timeout;
-    let parts: Vec<i32> = ends.iter().map(|&(part, _, _)| part).collect();
+    let parts: Vec<i32> = ends.iter().map(|e| e.partition).collect();
     let committed: HashMap<i32, Option<i64>> =
         tokio::task::block_in_place(|| group::committed(&c, &topic, &parts, timeout))?
             .into_iter()
@@ -112,7 +109,12 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
             .collect();
     let mut q = Queued::default();
     let mut items = BTreeSet::new();
-    for &(part, low, high) in &ends {
+    for &Extent {
+        partition: part,
+        low,
+        high,
+    } in &ends
+    {
         let position = committed.get(&part).copied().flatten();
         if let Some(at) = position.filter(|&at| at < low) {
             // Never silent: these records' items were not recounted by the queue.
@@ -127,72 +129,35 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
         }
         let from = position.map_or(low, |o| o.max(low));
         q.ends.insert(part, high);
-        if from >= high {
-            continue;
-        }
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&topic, part, Offset::Offset(from))?;
-        c.assign(&tpl)?;
-        let deadline = Instant::now() + timeout * 4;
-        tokio::task::block_in_place(|| -> Result<()> {
-            loop {
-                match c.poll(Duration::from_millis(500)) {
-                    Some(Ok(m)) => {
-                        q.records += 1;
-                        let from_deltas = m.headers().is_some_and(|h| {
-                            h.iter().any(|x| {
-                                x.key == "likes.source.topic" && x.value == Some(deltas.as_bytes())
-                            })
-                        });
-                        if !from_deltas {
-                            if let Some(e) = m.payload().and_then(|v| LikeEvent::decode(v).ok()) {
-                                q.latest_event_ms = q.latest_event_ms.max(e.event_time_ms);
-                            }
-                        }
-                        match item_of_record(from_deltas, m.key(), m.payload()) {
-                            Some(item) => {
-                                items.insert(item);
-                            }
-                            None => {
-                                q.unattributed += 1;
-                                warn!(
-                                    partition = part,
-                                    offset = m.offset(),
-                                    "dead letter names no item; left for a person to look at"
-                                );
-                            }
-                        }
-                        if m.offset() + 1 >= high {
-                            return Ok(());
-                        }
-                    }
-                    Some(Err(e)) => {
-                        let e = Error::from(e);
-                        if !e.is_retryable() {
-                            return Err(e);
-                        }
-                        warn!(error = %e, "reading {topic}: the broker is away; waiting");
-                    }
-                    None => {
-                        // Transaction markers take offsets too: the end may hold no record.
-                        let at = c
-                            .position()?
-                            .find_partition(&topic, part)
-                            .map(|e| e.offset());
-                        if matches!(at, Some(Offset::Offset(o)) if o >= high) {
-                            return Ok(());
-                        }
-                        if Instant::now() > deadline {
-                            return Err(Error::Timeout(
-                                timeout * 4,
-                                format!("reading {topic} partition {part} up to offset {high}"),
-                            ));
-                        }
+        tokio::task::block_in_place(|| {
+            offsets::read_range(&c, &topic, part, from, high, timeout, |m| {
+                q.records += 1;
+                let from_deltas = m.headers().is_some_and(|h| {
+                    h.iter().any(|x| {
+                        x.key == "likes.source.topic" && x.value == Some(deltas.as_bytes())
+                    })
+                });
+                if !from_deltas {
+                    if let Ok(e) = crate::records::decode_event(m.payload()) {
+                        q.latest_event_ms = q.latest_event_ms.max(e.event_time_ms);
                     }
                 }
-            }
+                match item_of_record(from_deltas, m.key(), m.payload()) {
+                    Some(item) => {
+                        items.insert(item);
+                    }
+                    None => {
+                        q.unattributed += 1;
+                        warn!(
+                            partition = part,
+                            offset = m.offset(),
+                            "dead letter names no item; left for a person to look at"
+                        );
+                    }
+                }
+                Ok(true)
+            })
         })?;
-        c.unassign()?;
     }
     sort_by_home(
         items,
@@ -404,6 +369,8 @@ pub fn drained(p: &Pipeline, q: &Queued) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::v1::LikeEvent;
+    use prost::Message as _;
 
     #[test]
     fn the_queue_recounts_only_the_items_this_region_homes_now() {

@@ -147,7 +147,10 @@ async fn finish(
     let w0 = (k + window_ms - 1).div_euclid(window_ms) * window_ms;
     let mut value: HashMap<String, i64> = recount.into_iter().collect();
     let mut resume = Vec::new();
-    for (partition, _low, high) in p.ends(&topic)? {
+    for crate::kafka::offsets::Extent {
+        partition, high, ..
+    } in p.ends(&topic)?
+    {
         let mut split: Option<i64> = None;
         p.read_deltas(
             &topic,

@@ -9,8 +9,7 @@
 
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::consumer::BaseConsumer;
 use tracing::info;
 
 use crate::config::Settings;
@@ -73,36 +72,18 @@ pub fn run(
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()?;
-    let metadata = consumer.fetch_metadata(Some(&topic), timeout)?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    if partitions.is_empty() {
-        return Err(Error::Topic {
-            topic,
-            reason: "does not exist (run `likes topics`)".into(),
-        });
-    }
-
     let mut offsets = Vec::new();
-    for &p in &partitions {
-        let (low, high) = consumer.fetch_watermarks(&topic, p, timeout)?;
+    for e in kafka::offsets::extents(&consumer, &topic, timeout)? {
         let offset = match target {
-            Target::Earliest => low,
+            Target::Earliest => e.low,
+            // Nothing at or after that time: the end.
             Target::Time(ms) => {
-                let mut q = TopicPartitionList::new();
-                q.add_partition_offset(&topic, p, Offset::Offset(ms))?;
-                let found = consumer.offsets_for_times(q, timeout)?;
-                match found.find_partition(&topic, p).map(|e| e.offset()) {
-                    Some(Offset::Offset(o)) => o,
-                    _ => high, // nothing at or after that time
-                }
+                kafka::offsets::at_time(&consumer, &topic, &[e.partition], ms, timeout)?[0]
+                    .1
+                    .unwrap_or(e.high)
             }
         };
-        offsets.push((p, offset));
+        offsets.push((e.partition, offset));
     }
     let parts: Vec<i32> = offsets.iter().map(|&(p, _)| p).collect();
     let committed = group::committed(&consumer, &topic, &parts, timeout)?;
@@ -195,17 +176,14 @@ fn refuse_past_horizon(
         }
         return Ok(());
     }
-    let mut q = TopicPartitionList::new();
-    for &(p, _) in offsets {
-        q.add_partition_offset(topic, p, Offset::Offset(floor))?;
-    }
-    let found = consumer.offsets_for_times(q, timeout)?;
+    let parts: Vec<i32> = offsets.iter().map(|&(p, _)| p).collect();
+    let found = kafka::offsets::at_time(consumer, topic, &parts, floor, timeout)?;
     let mut old = Vec::new();
-    for &(p, to) in offsets {
-        let first_safe = match found.find_partition(topic, p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o,
+    for (&(p, to), &(_, at)) in offsets.iter().zip(&found) {
+        let first_safe = match at {
+            Some(o) => o,
             // No record at or after the floor: every record is older.
-            _ => consumer.fetch_watermarks(topic, p, timeout)?.1,
+            None => kafka::offsets::extent(consumer, topic, p, timeout)?.high,
         };
         if first_safe > to {
             old.push(format!("{topic}/{p}: {} records", first_safe - to));
