@@ -20,7 +20,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tracing::{info, warn};
 
 use super::cut::Pipeline;
-use super::reconcile::ReconcileReport;
+use super::reconcile::correct::ReconcileReport;
 use crate::error::Result;
 use crate::kafka::group;
 use crate::kafka::offsets::{self, Extent};
@@ -321,7 +321,7 @@ pub async fn recount(p: &Pipeline, dry_run: bool, reason: &str) -> Result<Recoun
             ..Default::default()
         }
     } else {
-        super::reconcile::run_after(
+        super::reconcile::correct::run_after(
             p,
             queue.items.clone(),
             dry_run,

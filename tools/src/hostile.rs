@@ -23,7 +23,7 @@ use likes::config::Settings;
 use likes::topology::Topology;
 use tokio::io::AsyncWriteExt;
 
-use crate::bench::api::{spawn_api, wait_ready};
+use crate::bench::harness::{spawn_api, wait_ready};
 use crate::procs::stop;
 
 #[derive(clap::Args, Debug, Clone)]

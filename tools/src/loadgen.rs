@@ -694,11 +694,7 @@ impl Live {
             } else {
                 ok.len() as f64 / n as f64
             },
-            ok_p99_ms: if ok.is_empty() {
-                f64::NAN
-            } else {
-                ok[(ok.len() * 99 / 100).min(ok.len() - 1)]
-            },
+            ok_p99_ms: crate::bench::harness::quantile_of(&ok, 0.99),
         }
     }
 }

@@ -162,9 +162,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Bench {
                 what: BenchCommand::Overload(args),
             } => {
-                out(&bench::overload::run(&settings, &topology, &args)
-                    .await?
-                    .to_string());
+                let report = bench::overload::run(&settings, &topology, &args).await?;
+                bench::plot_overload(&report, &args.out);
+                out(&report.to_string());
             }
             Command::Bench {
                 what: BenchCommand::Restore(args),

@@ -1,4 +1,4 @@
-//! `likes reconcile`: drift corrected through the pipeline, never by overwrite (docs/design.md,
+//! Reconciliation: drift corrected through the pipeline, never by overwrite (docs/design.md,
 //! "Corrections, erasure, replay").
 //!
 //! At a cut K (see `cut`) each item's difference LIKED edges − count is exact. It is sent as
@@ -25,8 +25,8 @@ use std::time::Duration;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tracing::{info, warn};
 
-use super::cut::{self, Pipeline};
 use crate::error::Result;
+use crate::ops::cut::{self, Pipeline};
 use crate::records;
 
 /// One correction and what became of it.
@@ -204,64 +204,4 @@ pub async fn run_after(
         todo = again.into_iter().map(|a| a.0).collect();
     }
     Ok(report)
-}
-
-/// Correct drift through the pipeline: each item's difference at a cut goes to
-/// likes.deltas as a Correction that stage 2 applies once, through the fence.
-///
-/// Safe to re-run and to kill after sending: a correction is applied at most once.
-///
-/// Examples:
-///   likes reconcile --item i-42 --dry-run
-///   likes reconcile --all --reason "after incident 123"
-///   likes reconcile --dead-letters --push http://pushgateway:9091   # the recount queue
-#[derive(clap::Args, Debug)]
-#[command(verbatim_doc_comment)]
-pub struct Args {
-    #[command(flatten)]
-    pub scope: super::drift::ScopeArgs,
-    /// Print the corrections without sending them.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Recorded on each correction and logged by stage 2.
-    #[arg(long, default_value = "reconcile")]
-    pub reason: String,
-    /// With --dead-letters: where the run's gauges go (the alerts watch the queue drained).
-    #[command(flatten)]
-    pub gauges: super::gauges::Outputs,
-}
-
-/// `likes reconcile`. Items left unsettled after every attempt fail the run (exit 1): the
-/// same command run again settles them.
-pub async fn command(args: Args, ctx: &super::Ctx) -> Result<super::Done> {
-    let scope = args.scope.scope()?;
-    let wait = ctx.settings.ops.wait_timeout;
-    let connect = || Pipeline::connect(&ctx.settings, &ctx.topology);
-    if let super::drift::Scope::DeadLetters = scope {
-        let run = super::retrying("reconcile", wait, || async {
-            super::dead_letters::recount(&connect().await?, args.dry_run, &args.reason).await
-        })
-        .await?;
-        if !args.dry_run {
-            args.gauges.publish("likes_recount", &run.gauges()).await?;
-        }
-        return Ok(super::Done::report(run));
-    }
-    if args.gauges.metrics_file.is_some() || args.gauges.push.is_some() {
-        return Err(crate::error::Error::Input(
-            "--metrics-file and --push go with --dead-letters (drift's gauges: `likes drift`)"
-                .into(),
-        ));
-    }
-    let report = super::retrying("reconcile", wait, || async {
-        let p = connect().await?;
-        let items = super::drift::items_of(&p, &scope).await?;
-        run(&p, items, args.dry_run, &args.reason).await
-    })
-    .await?;
-    let unsettled = !report.in_flight.is_empty();
-    Ok(super::Done::report(report).failing_if(
-        unsettled,
-        "some items are not reconciled (see above); run the same command again",
-    ))
 }

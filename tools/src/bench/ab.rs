@@ -16,7 +16,7 @@ use anyhow::{anyhow, Result};
 use likes::config::Settings;
 use likes::topology::Topology;
 
-use super::api::{spawn_api_bin, wait_ready};
+use super::harness::{spawn_api_bin, wait_ready};
 use super::stats::{fig, mmm};
 use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Summary, Target};
 use crate::procs::{likes_bin, stop};
@@ -151,7 +151,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
     ];
     let readers: Vec<_> = urls
         .iter()
-        .map(|url| super::overload::Client {
+        .map(|url| super::harness::Client {
             http: reqwest::Client::new(),
             url: url.clone(),
             signer: Arc::new(likes::api::auth::Signer::new(
@@ -220,7 +220,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
                 p99_ms: s.p99_ms,
                 shed: live.shed_us.lock().unwrap().len(),
                 shed_p99_ms,
-                reads_p99_ms: super::overload::p99(&mut reads),
+                reads_p99_ms: super::harness::p99(&mut reads),
             };
             eprintln!("bench ab: {seg:?}");
             segments.push(seg);

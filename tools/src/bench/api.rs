@@ -23,7 +23,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -31,9 +31,9 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use super::api_costs::{Cost, Costs};
-use super::scrape::cpu_seconds;
+use super::harness::{open_loop, spawn_api, wait_ready, Latency};
 use super::stats::{fig, mmm, Goal};
-use crate::procs::{self, stop, Proc};
+use crate::procs::stop;
 use anyhow::{anyhow, Result};
 use likes::api::{self, auth::Signer};
 use likes::config::Settings;
@@ -94,20 +94,6 @@ impl ApiBenchArgs {
         }
         Ok(())
     }
-}
-
-/// Latency figures of one loop, milliseconds.
-#[derive(Debug, Default, Clone, Copy, Serialize)]
-pub struct Latency {
-    pub offered_per_s: f64,
-    pub achieved_per_s: f64,
-    pub errors: u64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub p999_ms: f64,
-    /// Cassandra's CPU milliseconds per completed write during the loop (NaN when its pid
-    /// file is not found).
-    pub cassandra_cpu_ms: f64,
 }
 
 impl Latency {
@@ -210,84 +196,6 @@ impl Mix {
         self.liked.push((self.next_user, item));
         (format!("u{}", self.next_user), format!("item-{item}"), true)
     }
-}
-
-fn figures(mut lat: Vec<f64>, errors: u64, elapsed: Duration, offered: f64) -> Latency {
-    lat.sort_by(f64::total_cmp);
-    let q = |p: f64| {
-        if lat.is_empty() {
-            f64::NAN
-        } else {
-            lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)]
-        }
-    };
-    Latency {
-        offered_per_s: offered,
-        achieved_per_s: lat.len() as f64 / elapsed.as_secs_f64(),
-        errors,
-        p50_ms: q(0.5),
-        p99_ms: q(0.99),
-        p999_ms: q(0.999),
-        cassandra_cpu_ms: f64::NAN,
-    }
-}
-
-/// Runs `op(i)` at `rate` for `seconds`, open loop; returns the latency figures.
-pub(crate) async fn open_loop<F, Fut>(rate: f64, seconds: u64, op: F) -> Latency
-where
-    F: Fn(u64) -> Fut,
-    Fut: std::future::Future<Output = bool> + Send + 'static,
-{
-    let cassandra = cassandra_pid();
-    let cpu_before = cassandra.map(cpu_seconds);
-    let n = (rate * seconds as f64) as u64;
-    let lat = Arc::new(Mutex::new(Vec::with_capacity(n as usize)));
-    let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let due = started + Duration::from_secs_f64(i as f64 / rate);
-        tokio::time::sleep_until(due.into()).await;
-        let fut = op(i);
-        let (lat, errors) = (lat.clone(), errors.clone());
-        tasks.push(tokio::spawn(async move {
-            let ok = fut.await;
-            let ms = due.elapsed().as_secs_f64() * 1000.0;
-            if ok {
-                lat.lock().await.push(ms);
-            } else {
-                errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }));
-    }
-    for t in tasks {
-        let _ = t.await;
-    }
-    let elapsed = started.elapsed();
-    let lat = std::mem::take(&mut *lat.lock().await);
-    let done = lat.len().max(1) as f64;
-    let mut l = figures(
-        lat,
-        errors.load(std::sync::atomic::Ordering::Relaxed),
-        elapsed,
-        rate,
-    );
-    l.cassandra_cpu_ms = match (cassandra, cpu_before) {
-        (Some(pid), Some(before)) => (cpu_seconds(pid) - before) * 1000.0 / done,
-        _ => f64::NAN,
-    };
-    l
-}
-
-/// The Cassandra that `make up` started, from its pid file (as stack/stack.sh places it).
-pub(crate) fn cassandra_pid() -> Option<u32> {
-    stack_pid("cassandra")
-}
-
-/// A process `make up` started (`cassandra`, `kafka`), from its pid file.
-pub(crate) fn stack_pid(name: &str) -> Option<u32> {
-    let path = likes_support::stack::dir().join(format!("{name}.pid"));
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 pub async fn run(
@@ -538,75 +446,6 @@ impl Loops {
             async move { s.execute_unpaged(&st, (item, user)).await.is_ok() }
         })
         .await
-    }
-}
-
-/// Starts `likes api` in the bench's namespace, without the relay (the bench measures
-/// the write path alone).
-pub(crate) fn spawn_api(settings: &Settings, dir: &std::path::Path) -> Result<Proc> {
-    spawn_api_bin(settings, dir, &procs::likes_bin()?, "api", &[])
-}
-
-/// [`spawn_api`] of the `likes` binary at `bin`, logging to `<dir>/<name>.log`.
-pub(crate) fn spawn_api_bin(
-    settings: &Settings,
-    dir: &std::path::Path,
-    bin: &std::path::Path,
-    name: &'static str,
-    extra_env: &[(String, String)],
-) -> Result<Proc> {
-    let a = &settings.api;
-    let env = procs::env_in(
-        &settings.cql.keyspace,
-        &settings.kafka.topic_prefix,
-        [
-            ("LIKES__API__LISTEN", a.listen.clone()),
-            ("LIKES__API__SESSION_KEY", a.session_key.clone()),
-            (
-                "LIKES__API__MAX_WRITES_IN_FLIGHT",
-                a.max_writes_in_flight.to_string(),
-            ),
-            (
-                "LIKES__API__WRITE_LATENCY_TARGET",
-                humantime::format_duration(a.write_latency_target).to_string(),
-            ),
-            (
-                "LIKES__API__MAX_WRITES_PER_S",
-                a.max_writes_per_s.to_string(),
-            ),
-            ("LIKES__API__RELAY", "false".to_string()),
-            // Off unless the bench set it (`bench overload` scrapes the API).
-            ("LIKES__METRICS__LISTEN", settings.metrics.listen.clone()),
-            ("RUST_LOG", "warn".to_string()),
-        ],
-    );
-    let mut env = env;
-    // Set only when it is not the default, so a `likes` from before each user's share
-    // (LIKES_BIN, for a before/after run of `likes-tools hostile`) still starts: its config
-    // refuses keys it does not know.
-    let default = Settings::defaults()?.api.max_writes_per_user_per_s;
-    if a.max_writes_per_user_per_s != default {
-        env.push((
-            "LIKES__API__MAX_WRITES_PER_USER_PER_S".into(),
-            a.max_writes_per_user_per_s.to_string(),
-        ));
-    }
-    env.extend(extra_env.iter().cloned());
-    procs::spawn_bin_attached(bin, "api", name, dir, &env)
-}
-
-pub(crate) async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = http.get(format!("{url}/readyz")).send().await {
-            if r.status().is_success() {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(anyhow!("likes api ready: timed out after 60 s"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -18,7 +18,7 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlTimestamp;
 use serde::Serialize;
 
-use super::api::open_loop;
+use super::harness::open_loop;
 use super::scrape::cpu_seconds;
 
 /// Deletes per batch in the grouped-delete loop.
@@ -199,7 +199,7 @@ const KINDS: [(&str, Kind, usize); 7] = [
 
 /// Cassandra's CPU ms per second while nothing is sent (NaN without its pid).
 async fn idle_cpu_ms_per_s(seconds: u64) -> f64 {
-    let Some(pid) = super::api::cassandra_pid() else {
+    let Some(pid) = super::harness::cassandra_pid() else {
         return f64::NAN;
     };
     let before = cpu_seconds(pid);

@@ -17,6 +17,7 @@ pub mod ab;
 pub mod api;
 pub mod api_costs;
 pub mod gen;
+pub mod harness;
 pub mod import;
 pub mod outage;
 pub mod overload;
@@ -30,6 +31,16 @@ pub mod slowdown;
 pub mod stats;
 pub mod sweep;
 pub mod topology;
+
+/// `likes-tools bench overload`'s plot, `overload.png` in `out` (a missing plot is a warning:
+/// the figures are in the JSON beside it).
+pub fn plot_overload(report: &overload::OverloadReport, out: &std::path::Path) {
+    let plot = out.join("overload.png");
+    match plots::overload_plot(&plot, report) {
+        Ok(()) => eprintln!("bench overload: plot written to {}", plot.display()),
+        Err(e) => eprintln!("bench overload: no plot: {e:#}"),
+    }
+}
 
 /// `likes-tools bench sweep`'s files: `sweep.md` and its plots beside it (here, so the sweep
 /// and the plots, which draw its levels, do not import each other).

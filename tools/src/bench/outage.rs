@@ -16,7 +16,7 @@ use anyhow::{anyhow, Result};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use super::overload::Client;
+use super::harness::Client;
 
 /// Writes before the kill, while the broker is down, after it is back.
 pub const BEFORE: Duration = Duration::from_secs(15);
@@ -146,7 +146,7 @@ pub(super) async fn broker(client: &Client, tag: &str, rate: f64) -> Result<Outa
             } else {
                 ok.len() as f64 / within.len() as f64
             },
-            ok_p99_ms: super::overload::p99(&mut ok),
+            ok_p99_ms: super::harness::p99(&mut ok),
         }
     };
     let mut timeline: Vec<std::collections::BTreeMap<u16, u64>> = Vec::new();

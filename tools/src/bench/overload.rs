@@ -20,22 +20,19 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use serde::Serialize;
-use tokio::sync::Mutex;
 
+use super::harness::{capacity, p99, spawn_api_admitted, Client, API_METRICS_PORT};
 use super::scrape::{buckets, diff, quantile, scrape};
 use super::stats::{fig, mmm, Goal};
-use crate::procs::{stop, Proc};
+use crate::procs::stop;
 use likes::api::auth::Signer;
 use likes::config::Settings;
 use likes::runtime::metrics as m;
 use likes::topology::Topology;
-
-pub(super) const API_METRICS_PORT: u16 = 19482;
-const SLO_P99_MS: f64 = 150.0;
 
 /// Knobs of `likes-tools bench overload`.
 #[derive(Debug, Clone, clap::Args)]
@@ -102,147 +99,6 @@ pub struct OverloadReport {
     pub rounds: Vec<Round>,
 }
 
-/// What one open-loop run saw, milliseconds from each request's scheduled time.
-#[derive(Default)]
-pub(super) struct Seen {
-    pub(super) ok: Vec<f64>,
-    pub(super) shed: Vec<f64>,
-    pub(super) errors: u64,
-}
-
-/// The server's histogram of admitted writes from its creation on.
-pub(super) struct Since(Vec<(f64, f64)>);
-
-pub(super) fn quantile_since() -> Since {
-    Since(buckets(
-        &scrape(API_METRICS_PORT),
-        m::API_ADMITTED_WRITE_SECONDS,
-    ))
-}
-
-impl Since {
-    /// The p99 (seconds) of the writes admitted since, and the limit now.
-    pub(super) fn p99_and_limit(&self) -> (f64, f64) {
-        let metrics = scrape(API_METRICS_PORT);
-        let server = diff(&buckets(&metrics, m::API_ADMITTED_WRITE_SECONDS), &self.0);
-        let limit = metrics.get(m::API_WRITE_LIMIT).copied().unwrap_or(f64::NAN);
-        (quantile(&server, 0.99), limit)
-    }
-}
-
-pub(super) fn p99(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[(v.len() * 99 / 100).min(v.len() - 1)]
-}
-
-pub(super) struct Client {
-    pub(super) http: reqwest::Client,
-    pub(super) url: String,
-    pub(super) signer: Arc<Signer>,
-    pub(super) expires: i64,
-}
-
-impl Client {
-    /// Likes of fresh edges at `rate` for `seconds`, open loop.
-    pub(super) async fn writes(&self, tag: &str, rate: f64, seconds: u64) -> Seen {
-        let n = (rate * seconds as f64) as u64;
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let started = Instant::now();
-        let mut tasks = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let due = started + Duration::from_secs_f64(i as f64 / rate);
-            tokio::time::sleep_until(due.into()).await;
-            let user = format!("o{tag}-{i}");
-            let token = self.signer.sign(&user, self.expires);
-            let req = self
-                .http
-                .post(format!("{}/v1/items/item-{}/likes", self.url, i % 10_000))
-                .bearer_auth(token)
-                .header("Idempotency-Key", format!("o{tag}-{i}"));
-            let seen = seen.clone();
-            tasks.push(tokio::spawn(async move {
-                let status = req.send().await.map(|r| r.status().as_u16());
-                let ms = due.elapsed().as_secs_f64() * 1000.0;
-                let mut s = seen.lock().await;
-                match status {
-                    Ok(200..=299) => s.ok.push(ms),
-                    Ok(503) => s.shed.push(ms),
-                    _ => s.errors += 1,
-                }
-            }));
-        }
-        for t in tasks {
-            let _ = t.await;
-        }
-        let out = std::mem::take(&mut *seen.lock().await);
-        out
-    }
-
-    /// Count reads at `rate` until `stop`; returns their latencies (errors count as 30 s).
-    pub(super) async fn reads(&self, rate: f64, stop: Arc<AtomicU64>) -> Vec<f64> {
-        let started = Instant::now();
-        let token = self.signer.sign("reader", self.expires);
-        let mut tasks = Vec::new();
-        for i in 0.. {
-            if stop.load(Ordering::Relaxed) == 1 {
-                break;
-            }
-            let due = started + Duration::from_secs_f64(i as f64 / rate);
-            tokio::time::sleep_until(due.into()).await;
-            let req = self
-                .http
-                .get(format!("{}/v1/items/item-{}/count", self.url, i % 10_000))
-                .bearer_auth(&token);
-            tasks.push(tokio::spawn(async move {
-                match req.send().await {
-                    Ok(r) if r.status().is_success() => due.elapsed().as_secs_f64() * 1000.0,
-                    _ => 30_000.0,
-                }
-            }));
-        }
-        let mut out = Vec::with_capacity(tasks.len());
-        for t in tasks {
-            if let Ok(ms) = t.await {
-                out.push(ms);
-            }
-        }
-        out
-    }
-
-    /// Reads alone for `seconds`.
-    pub(super) async fn reads_for(&self, rate: f64, seconds: u64) -> Vec<f64> {
-        let stop = Arc::new(AtomicU64::new(0));
-        let s = stop.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(seconds)).await;
-            s.store(1, Ordering::Relaxed);
-        });
-        self.reads(rate, stop).await
-    }
-}
-
-/// `likes api` with the write path's own bound (4,096 in flight, the adaptive limit off), or
-/// with the product's admission.
-pub(super) fn spawn(settings: &Settings, dir: &std::path::Path, adaptive: bool) -> Result<Proc> {
-    let mut settings = settings.clone();
-    // As deployed: the product's own bound and target (`config/default.toml`).
-    let (max, target) = if adaptive {
-        let d = Settings::defaults()?.api;
-        (d.max_writes_in_flight, d.write_latency_target)
-    } else {
-        (4096, Duration::ZERO)
-    };
-    settings.api.max_writes_in_flight = max;
-    settings.api.write_latency_target = target;
-    settings.api.max_writes_per_s = 0.0;
-    settings.api.max_writes_per_user_per_s = 0.0;
-    settings.metrics.listen = format!("127.0.0.1:{API_METRICS_PORT}");
-    super::api::spawn_api(&settings, dir)
-}
-
 pub async fn run(
     base: &Settings,
     topology: &Topology,
@@ -273,8 +129,8 @@ pub async fn run(
     for round in 0..args.rounds {
         let tag = format!("r{round}");
         // The capacity, with the write path's own bound.
-        let mut api = spawn(&settings, &dir, false)?;
-        super::api::wait_ready(&client.http, &client.url).await?;
+        let mut api = spawn_api_admitted(&settings, &dir, false)?;
+        super::harness::wait_ready(&client.http, &client.url).await?;
         let capacity = capacity(&client, &tag, args.step_seconds).await;
         stop(&mut api);
         if capacity <= 0.0 {
@@ -285,8 +141,8 @@ pub async fn run(
             );
         }
 
-        let mut api = spawn(&settings, &dir, true)?;
-        super::api::wait_ready(&client.http, &client.url).await?;
+        let mut api = spawn_api_admitted(&settings, &dir, true)?;
+        super::harness::wait_ready(&client.http, &client.url).await?;
         // Warm the limit up to this box before the measured levels.
         client.writes(&format!("{tag}w"), capacity, 5).await;
         let mut unloaded = client.reads_for(args.read_rate, 10).await;
@@ -367,58 +223,9 @@ pub async fn run(
     let path = args.out.join(format!("overload-{stamp}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     eprintln!("bench overload: report written to {}", path.display());
-    let plot = args.out.join(format!("overload-{stamp}.png"));
-    match super::plots::overload_plot(&plot, &report) {
-        Ok(()) => eprintln!("bench overload: plot written to {}", plot.display()),
-        Err(e) => eprintln!("bench overload: no plot: {e:#}"),
-    }
+    // The plot is the caller's (bench/mod.rs `plot_overload`): a run returns its results and
+    // only the report renders them.
     Ok(report)
-}
-
-/// The highest rate sustained within the SLO: up by half until a step fails, then one
-/// bisection step (a failed first step halves the rate, down to 25 writes/s).
-pub(super) async fn capacity(client: &Client, tag: &str, step_seconds: u64) -> f64 {
-    let sustained = |s: &mut Seen, rate: f64| {
-        let done = s.ok.len() as f64;
-        p99(&mut s.ok) < SLO_P99_MS
-            && (s.errors + s.shed.len() as u64) as f64 <= 0.01 * done.max(1.0)
-            && done / step_seconds as f64 >= 0.9 * rate
-    };
-    let (mut best, mut rate, mut failed) = (0.0, 200.0, None);
-    for step in 0.. {
-        let mut s = client
-            .writes(&format!("{tag}c{step}"), rate, step_seconds)
-            .await;
-        let ok = sustained(&mut s, rate);
-        eprintln!(
-            "bench overload: capacity step {rate:.0}/s: {} ({} ok, p99 {:.0} ms, {} shed, {} errors)",
-            if ok { "sustained" } else { "not sustained" },
-            s.ok.len(),
-            p99(&mut s.ok),
-            s.shed.len(),
-            s.errors
-        );
-        if !ok && best == 0.0 && rate > 25.0 {
-            // The first step failed: a busy moment of this shared box, or a smaller one.
-            // Down by half, not give up: one bad step must not fail the whole report.
-            rate /= 2.0;
-            continue;
-        }
-        if !ok {
-            failed = Some(rate);
-            break;
-        }
-        best = rate;
-        rate *= 1.5;
-    }
-    if let Some(fail) = failed.filter(|_| best > 0.0) {
-        let mid: f64 = (best * fail).sqrt();
-        let mut s = client.writes(&format!("{tag}cm"), mid, step_seconds).await;
-        if sustained(&mut s, mid) {
-            best = mid;
-        }
-    }
-    best
 }
 
 /// A row of the table: its name, median (min–max), goal and decimals.

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use serde::Serialize;
 
+use super::harness::{spawn_stage, COUNT_PORT, DEDUPE_PORT};
 use super::scrape::{buckets, diff, quantile, scrape};
-use super::topology::{spawn_stage, COUNT_PORT, DEDUPE_PORT};
 use crate::procs::Proc;
 use likes::config::Settings;
 use likes::runtime::metrics as m;

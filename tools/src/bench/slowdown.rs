@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 
-use super::overload::{p99, quantile_since, Client};
+use super::harness::{p99, quantile_since, Client};
 
 pub const STRETCH: u64 = 15;
 pub const PAUSE: Duration = Duration::from_millis(100);
@@ -62,8 +62,8 @@ fn signal(pid: u32, sig: &str) {
 
 /// Runs the three stretches at `rate`; Cassandra runs freely again when it returns.
 pub(super) async fn cassandra(client: &Client, tag: &str, rate: f64) -> Result<Slowdown> {
-    let pid =
-        super::api::cassandra_pid().ok_or_else(|| anyhow!("no cassandra.pid: is the stack up?"))?;
+    let pid = super::harness::cassandra_pid()
+        .ok_or_else(|| anyhow!("no cassandra.pid: is the stack up?"))?;
     let before = stretch(client, &format!("{tag}sb"), rate).await;
     let slowed = {
         let stop = Arc::new(AtomicBool::new(false));

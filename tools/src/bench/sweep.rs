@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 
-use super::overload::{self, Client, API_METRICS_PORT};
+use super::harness::spawn_stage;
+use super::harness::{self, Client, API_METRICS_PORT};
 use super::scrape::{buckets, cpu_seconds, diff, quantile, scrape};
 use super::stats::{fig, mmm, Goal};
-use super::topology::spawn_stage;
 use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
 use crate::procs::{self, stop};
 use likes::api::auth::Signer;
@@ -256,8 +256,8 @@ async fn sweep(
         ("dedupe", dedupe.child.id()),
         ("count", count.child.id()),
     ];
-    pids.extend(super::api::cassandra_pid().map(|p| ("cassandra", p)));
-    pids.extend(super::api::stack_pid("kafka").map(|p| ("kafka", p)));
+    pids.extend(super::harness::cassandra_pid().map(|p| ("cassandra", p)));
+    pids.extend(super::harness::stack_pid("kafka").map(|p| ("kafka", p)));
     let result = levels(settings, topology, args, dir, stamp, &client, pids).await;
     stop(&mut count);
     stop(&mut dedupe);
@@ -276,9 +276,9 @@ async fn levels(
     let (capacity, searched) = match args.capacity {
         Some(c) => (c, false),
         None => {
-            let mut api = overload::spawn(settings, dir, false)?;
-            super::api::wait_ready(&client.http, &client.url).await?;
-            let c = overload::capacity(client, "sc", 8).await;
+            let mut api = harness::spawn_api_admitted(settings, dir, false)?;
+            super::harness::wait_ready(&client.http, &client.url).await?;
+            let c = harness::capacity(client, "sc", 8).await;
             stop(&mut api);
             if c <= 0.0 {
                 anyhow::bail!(
@@ -308,7 +308,7 @@ async fn levels(
 /// keyspace's tables keep it busy flushing the schema for a while, and a capacity searched
 /// meanwhile is that work's, not the API's (a first run here found 46 writes/s).
 async fn settle() {
-    let Some(pid) = super::api::cassandra_pid() else {
+    let Some(pid) = super::harness::cassandra_pid() else {
         return;
     };
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -335,7 +335,7 @@ fn spawn_as_deployed(
     s.api.write_latency_target = target.unwrap_or(defaults.write_latency_target);
     s.api.max_writes_per_s = defaults.max_writes_per_s;
     s.api.max_writes_per_user_per_s = defaults.max_writes_per_user_per_s;
-    super::api::spawn_api_bin(
+    super::harness::spawn_api_bin(
         &s,
         dir,
         &procs::likes_bin()?,
@@ -353,7 +353,7 @@ async fn measure(
     capacity: f64,
     pids: &[(&'static str, u32)],
 ) -> Result<SweepReport> {
-    super::api::wait_ready(&client.http, &client.url).await?;
+    super::harness::wait_ready(&client.http, &client.url).await?;
     let target = Arc::new(Target::http(settings, &client.url)?);
     let mut mix = Mix::new(MixArgs {
         items: 10_000,
@@ -389,7 +389,7 @@ async fn measure(
         capacity_per_s: capacity,
         window_s: topology.window.as_secs_f64(),
         level_seconds: args.level_seconds,
-        reads_unloaded_p99_ms: overload::p99(&mut unloaded),
+        reads_unloaded_p99_ms: harness::p99(&mut unloaded),
         levels: vec![Vec::new(); args.factors.len()],
         ..Default::default()
     };
@@ -526,7 +526,7 @@ async fn level(
         shed_p99_ms,
         shed_server_p99_ms: quantile(&after.since(&before, Port::Api, m::API_SHED_SECONDS), 0.99)
             * 1000.0,
-        reads_p99_ms: overload::p99(&mut reads),
+        reads_p99_ms: harness::p99(&mut reads),
         staleness_p50_s: staleness[0],
         staleness_p99_s: staleness[1],
         stage1_read_s: q(Port::Dedupe, m::EVENT_DELAY_SECONDS),

@@ -35,10 +35,11 @@ use serde::Serialize;
 use tracing::info;
 
 use super::gen::Generator;
+use super::harness::{spawn_stage, COUNT_PORT, DEDUPE_PORT};
 use super::peer::{self, PeerRun};
 use super::recovery::{self, Recovery, Restart};
 use super::scrape::{buckets, diff, peak_rss_mb, quantile, scrape};
-use crate::procs::{self, stop, Proc};
+use crate::procs::stop;
 use anyhow::{anyhow, Result};
 use likes::config::Settings;
 use likes::kafka;
@@ -46,10 +47,6 @@ use likes::runtime::metrics as m;
 use likes::schema::v1::LikeEvent;
 use likes::store::counts::Counts;
 use likes::topology::Topology;
-
-/// The stages' metrics ports during a run.
-pub(super) const DEDUPE_PORT: u16 = 19_464;
-pub(super) const COUNT_PORT: u16 = 19_465;
 
 /// The start of the live phase that is not measured.
 const LIVE_WARMUP: Duration = Duration::from_secs(5);
@@ -224,37 +221,6 @@ fn raw_consume(settings: &Settings, topic: &str, partitions: i32, expected: u64)
     }
     std::hint::black_box(bytes);
     Ok(n as f64 / started.elapsed().as_secs_f64())
-}
-
-/// Starts a stage of a benchmark in the bench's own namespace, its metrics on `port`.
-pub(crate) fn spawn_stage(
-    stage: &'static str,
-    settings: &Settings,
-    port: u16,
-    dir: &std::path::Path,
-) -> Result<Proc> {
-    let env = procs::env_in(
-        &settings.cql.keyspace,
-        &settings.kafka.topic_prefix,
-        [
-            (
-                "LIKES__DEDUPE__STATE_DIR",
-                settings.dedupe.state_dir.display().to_string(),
-            ),
-            (
-                "LIKES__DEDUPE__INSTANCE_ID",
-                settings.dedupe.instance_id.clone(),
-            ),
-            ("LIKES__METRICS__LISTEN", format!("127.0.0.1:{port}")),
-            (
-                "LIKES__TOPOLOGY__PATH",
-                dir.join("topology.toml").display().to_string(),
-            ),
-            // Stage 1's start phases are an info line (the recovery bench prints it).
-            ("RUST_LOG", "warn,likes::dedupe=info".to_string()),
-        ],
-    );
-    procs::spawn_attached(stage, stage, dir, &env)
 }
 
 /// Waits until stage 1 has committed `records` records and stage 2 has applied every delta
