@@ -653,4 +653,89 @@ mod tests {
         let err = Settings::load(Some(Path::new("/nonexistent/likes.toml"))).unwrap_err();
         assert!(err.to_string().contains("does not exist"));
     }
+
+    /// docs/configuration.md's "Every key" tables name every key of `Settings`, and only
+    /// those: a row whose first cell is the key in backticks (or several, comma-separated),
+    /// under a heading `### <section>`; a nested key is written `replication.class`. The keys
+    /// are those `likes config` prints: the defaults serialized, the unset options set.
+    #[test]
+    fn every_key_is_documented_and_every_documented_key_exists() {
+        use std::collections::BTreeSet;
+        const DOC: &str = include_str!("../docs/configuration.md");
+        // Accepted on load but never printed (`skip_serializing`), with a value to load.
+        const NOT_PRINTED: &[(&str, &str, &str)] = &[("api", "claim_takeover", "1s")];
+
+        fn walk(prefix: &str, table: &toml::Table, keys: &mut BTreeSet<String>) {
+            for (name, value) in table {
+                let key = match prefix {
+                    "" => name.clone(),
+                    _ => format!("{prefix}.{name}"),
+                };
+                match value {
+                    // A struct of settings; an empty map (`peers = {}`) is a key itself.
+                    toml::Value::Table(t) if !t.is_empty() => walk(&key, t, keys),
+                    _ => {
+                        keys.insert(key);
+                    }
+                }
+            }
+        }
+        let mut s = Settings::defaults().unwrap();
+        s.region.name = Some("region-a".into());
+        s.cql.local_datacenter = Some("dc1".into());
+        let printed: toml::Table = toml::from_str(&toml::to_string(&s).unwrap()).unwrap();
+        let mut keys = BTreeSet::new();
+        walk("", &printed, &mut keys);
+
+        let every_key = DOC
+            .split("\n## Every key\n")
+            .nth(1)
+            .expect("docs/configuration.md has a part '## Every key'");
+        let every_key = every_key.split("\n## ").next().unwrap();
+        let (mut section, mut documented) = (None, BTreeSet::new());
+        for line in every_key.lines() {
+            if let Some(heading) = line.strip_prefix("### ") {
+                section = heading.split_whitespace().next();
+            } else if line.starts_with("| `") {
+                let section = section.expect("a key row under a '### section' heading");
+                for name in line.split('|').nth(1).unwrap().split(',') {
+                    documented.insert(format!("{section}.{}", name.trim().trim_matches('`')));
+                }
+            }
+        }
+
+        let undocumented: Vec<_> = keys.difference(&documented).collect();
+        assert!(
+            undocumented.is_empty(),
+            "keys missing from docs/configuration.md: {undocumented:?}"
+        );
+        let stale: Vec<_> = documented
+            .difference(&keys)
+            .filter(|k| {
+                !NOT_PRINTED
+                    .iter()
+                    .any(|(s, n, _)| **k == format!("{s}.{n}"))
+            })
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "docs/configuration.md documents keys Settings does not have: {stale:?}"
+        );
+        for (section, name, value) in NOT_PRINTED {
+            let key = format!("{section}.{name}");
+            assert!(documented.contains(&key), "{key} is not documented");
+            assert!(
+                !keys.contains(&key),
+                "{key} is printed now: drop it from NOT_PRINTED"
+            );
+            let mut table = printed.clone();
+            table[*section]
+                .as_table_mut()
+                .unwrap()
+                .insert(name.to_string(), toml::Value::String(value.to_string()));
+            if let Err(e) = toml::Value::Table(table).try_into::<Settings>() {
+                panic!("{key} is documented but no longer accepted: {e}");
+            }
+        }
+    }
 }

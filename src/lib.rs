@@ -67,7 +67,7 @@ mod tests {
 
     /// Top-level module → the top-level modules its code (tests left out) names as `crate::x`.
     fn imports() -> BTreeMap<String, BTreeSet<String>> {
-        let src = likes_support::repo::root().join("src");
+        let src = likes_testkit::repo::root().join("src");
         let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         let mut dirs = vec![src.clone()];
         while let Some(dir) = dirs.pop() {

@@ -92,7 +92,6 @@ impl Topology {
         Ok(t)
     }
 
-    /// Every topic with its role, in creation order.
     /// This topology with another window length, validated like a loaded one (the tick
     /// interval shrinks to a fifth of the window when it would not fit).
     pub fn with_window(mut self, window: Duration) -> Result<Self> {
@@ -111,6 +110,7 @@ impl Topology {
         crate::hash::partition_for(item_id.as_bytes(), self.counter_shards) as i32
     }
 
+    /// Every topic with its role, in creation order.
     pub fn topics(&self) -> [(&'static str, &TopicSpec); 4] {
         [
             ("events", &self.topics.events),

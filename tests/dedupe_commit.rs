@@ -3,7 +3,6 @@
 //! batch whose first commit did land would emit its deltas twice. The fail point gives the
 //! first commit call a 0 ms timeout, so it returns while the commit goes on in the
 //! background, as when the broker's answer is lost.
-#![cfg(feature = "failpoints")]
 
 mod common;
 
@@ -13,6 +12,7 @@ use common::topology as fx;
 use likes::topology::Topology;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_commit_whose_outcome_is_unknown_is_resumed_never_aborted() {
     let settings = fx::settings("commitunknown");
     let topology = Topology::load(None).unwrap();

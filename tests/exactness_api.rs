@@ -12,12 +12,21 @@ use std::time::Duration;
 
 use common::topology as fx;
 
-/// Fail points are process-wide: the tests that arm them take turns.
 #[cfg(feature = "failpoints")]
+use likes::runtime::clock::advance_for_now;
+
+/// The clock seam exists in fail-point builds only; without one the tests that move the clock
+/// are ignored, and this stand-in lets them compile.
+#[cfg(not(feature = "failpoints"))]
+fn advance_for_now(_: Duration) -> Box<dyn std::any::Any> {
+    unreachable!("ignored without --features failpoints")
+}
+
+/// Fail points are process-wide: the tests that arm them take turns.
 static FAILPOINTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-#[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_retry_whose_answer_was_lost_after_the_flip_never_relikes() {
     use common::api;
     use reqwest::StatusCode;
@@ -50,8 +59,8 @@ async fn a_retry_whose_answer_was_lost_after_the_flip_never_relikes() {
     fx::teardown(&settings, &topology).await;
 }
 
-#[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn the_relay_never_publishes_a_version_no_request_produced() {
     use common::api;
     use likes::relay::{self, Relay};
@@ -76,8 +85,7 @@ async fn the_relay_never_publishes_a_version_no_request_produced() {
     let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
     assert_eq!(have, want);
     // Past the horizon now; the clock goes back at the end of the test, pass or fail.
-    let _later =
-        likes::runtime::clock::advance_for_now(topology.dedupe_ttl + Duration::from_secs(2));
+    let _later = advance_for_now(topology.dedupe_ttl + Duration::from_secs(2));
 
     // A no-op like (already liked) whose outbox entry is left behind.
     fail::cfg("api-before-outbox-clear", "return").unwrap();
@@ -104,8 +112,8 @@ async fn the_relay_never_publishes_a_version_no_request_produced() {
 
 /// The answer really lost: the request fails right after its compare-and-set, before anything
 /// else (the event, any answer write) happens. Its retry after a later unlike must replay.
-#[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_retry_after_a_failure_right_after_the_flip_replays() {
     use common::api;
     use reqwest::StatusCode;
@@ -135,8 +143,8 @@ async fn a_retry_after_a_failure_right_after_the_flip_replays() {
 /// then an unlike whose publish is lost and a like again (the like reaches stage 1 alone,
 /// op 2 never); and the symmetric case, an unlike reaching stage 1 after two lost flips.
 /// Each edge is counted as it ends, once: 1 for the LIKED edge, 0 for the UNLIKED one.
-#[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn an_expired_like_flipped_around_a_lost_publish_is_counted_once() {
     use common::api;
     use likes::relay::{self, Relay};
@@ -160,8 +168,7 @@ async fn an_expired_like_flipped_around_a_lost_publish_is_counted_once() {
     let have = fx::wait_for_counts(&mut run, &settings, &both, Duration::from_secs(60)).await;
     assert_eq!(have, both);
     // Both past the horizon now; the clock goes back at the end of the test, pass or fail.
-    let _later =
-        likes::runtime::clock::advance_for_now(topology.dedupe_ttl + Duration::from_secs(2));
+    let _later = advance_for_now(topology.dedupe_ttl + Duration::from_secs(2));
 
     // ann: the unlike's publish is lost, the like again is published.
     fail::cfg("api-after-flip-before-produce", "return").unwrap();
@@ -207,8 +214,8 @@ async fn an_expired_like_flipped_around_a_lost_publish_is_counted_once() {
 /// After `dedupe_ttl` is raised, an edge whose state the old horizon forgot is in neither
 /// case: its like was counted, and its unlike must count −1, not 0. Then the horizon is
 /// lowered again, which takes effect at once.
-#[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_raised_horizon_takes_what_the_old_one_forgot_as_counted() {
     use common::api;
     use likes::dedupe::state::{edge_key, EdgeStore};
@@ -244,7 +251,7 @@ async fn a_raised_horizon_takes_what_the_old_one_forgot_as_counted() {
         store.write(batch).unwrap();
         store.flush().unwrap();
     }
-    let _later = likes::runtime::clock::advance_for_now(Duration::from_secs(200));
+    let _later = advance_for_now(Duration::from_secs(200));
 
     // Raised to an hour: the like (200 s old) is inside the new horizon, outside the old.
     topology.dedupe_ttl = Duration::from_secs(3600);

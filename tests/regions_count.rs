@@ -35,10 +35,9 @@ fn own_state(s: &mut Settings, letter: &str) {
 
 /// LIKED edges per item, as the store reads them.
 async fn liked_edges(session: &Arc<Session>, ks: &str) -> BTreeMap<String, i64> {
-    let edges = likes::store::edges::Edges::prepare(session.clone(), ks)
+    likes_testkit::truth::liked_per_item(session, ks)
         .await
-        .unwrap();
-    edges.liked_per_item().await.unwrap()
+        .unwrap()
 }
 
 /// What the load did: requests by HTTP status.
@@ -311,7 +310,7 @@ struct RegionsUpOnDrop;
 
 impl Drop for RegionsUpOnDrop {
     fn drop(&mut self) {
-        let _ = likes_support::stack::up_regions(&likes_support::stack::script());
+        let _ = likes_testkit::stack::up_regions(&likes_testkit::stack::script());
     }
 }
 
@@ -423,9 +422,9 @@ async fn counts_stay_exact_when_either_regions_stages_and_nodes_die_during_moves
             let node = ["cassandra-region-a", "cassandra-region-b"][rng.random_range(0..2)];
             let down = Duration::from_millis(rng.random_range(3000..8000));
             faults.push(format!("kill -9 {node} for {down:?}"));
-            likes_support::stack::kill9(&likes_support::stack::dir(), node).unwrap();
+            likes_testkit::stack::kill9(&likes_testkit::stack::dir(), node).unwrap();
             tokio::time::sleep(down).await;
-            likes_support::stack::up_regions(&likes_support::stack::script()).unwrap();
+            likes_testkit::stack::up_regions(&likes_testkit::stack::script()).unwrap();
         }
         tokio::time::sleep(Duration::from_secs(4)).await;
     }

@@ -13,7 +13,7 @@ struct RegionsUpOnDrop;
 
 impl Drop for RegionsUpOnDrop {
     fn drop(&mut self) {
-        let _ = likes_support::stack::up_regions(&likes_support::stack::script());
+        let _ = likes_testkit::stack::up_regions(&likes_testkit::stack::script());
     }
 }
 
@@ -28,7 +28,7 @@ async fn a_move_to_a_region_that_is_down_refuses_and_resumes_when_it_is_back() {
     let item = "item-of-a-region-down";
     let range = likes::region::range_of(item, 4);
     let _up = RegionsUpOnDrop;
-    likes_support::stack::kill9(&likes_support::stack::dir(), "cassandra-region-b").unwrap();
+    likes_testkit::stack::kill9(&likes_testkit::stack::dir(), "cassandra-region-b").unwrap();
 
     // The bump must commit in both datacenters: with region-b's node gone it cannot, and the
     // move says so; the range stays region-a's, at its epoch.
@@ -69,7 +69,7 @@ async fn a_move_to_a_region_that_is_down_refuses_and_resumes_when_it_is_back() {
         "{row:?}"
     );
 
-    likes_support::stack::up_regions(&likes_support::stack::script()).unwrap();
+    likes_testkit::stack::up_regions(&likes_testkit::stack::script()).unwrap();
     let t = std::time::Instant::now();
     let report = common::regions::move_only(
         &a,

@@ -6,8 +6,6 @@
 //! own test binary: the hold is a fail point on the write path, process-wide, and runs on
 //! the dev stack's one datacenter (the range table is the API's, not Cassandra's).
 
-#![cfg(feature = "failpoints")]
-
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +17,7 @@ use common::topology as fx;
 use likes::ops::region::Which;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_write_held_across_a_whole_move_never_lands_after_the_new_home() {
     let mut a = common::regions::one_datacenter("fence");
     let topology = likes::topology::Topology::load(None).unwrap();

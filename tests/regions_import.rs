@@ -85,7 +85,7 @@ async fn each_region_imports_the_items_it_is_home_to_and_a_moving_range_stops_th
         }
     };
 
-    let scratch = std::env::temp_dir().join(likes_support::names::unique("regions-import"));
+    let scratch = std::env::temp_dir().join(likes_testkit::names::unique("regions-import"));
     std::fs::create_dir_all(&scratch).unwrap();
     let now = likes::runtime::clock::now_ms();
     let items: Vec<String> = (0..24).map(|i| format!("ri-{i}")).collect();

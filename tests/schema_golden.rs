@@ -18,7 +18,7 @@ mod released {
 
 /// Found at run time: the build cache is shared by checkouts (support/src/repo.rs).
 fn golden_dir() -> std::path::PathBuf {
-    likes_support::repo::root().join("tests/golden/v1.0.0")
+    likes_testkit::repo::root().join("tests/golden/v1.0.0")
 }
 
 fn released_event() -> released::LikeEvent {

@@ -132,7 +132,12 @@ async fn drift_rides_through_a_broker_restart_during_its_wait() {
             .await;
         assert_eq!(s, reqwest::StatusCode::OK, "{b}");
     }
-    let want = fx::nonzero(&app.store.edges.liked_per_item().await.unwrap());
+    let ks = &app.settings.cql.keyspace;
+    let want = fx::nonzero(
+        &likes_testkit::truth::liked_per_item(&app.session, ks)
+            .await
+            .unwrap(),
+    );
     let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
     assert_eq!(have, want);
 

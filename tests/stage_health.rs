@@ -31,6 +31,7 @@ async fn wait_for(url: &str, status: u16, within: Duration) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_stage_stuck_with_input_waiting_turns_its_healthz_red() {
     let mut h = procs::harness("stall").await;
     let addr = format!("127.0.0.1:{}", common::free_port());

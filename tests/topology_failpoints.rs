@@ -3,7 +3,6 @@
 //! state write, after its transaction is built and before the commit, and after stage 2's
 //! counter writes and before its offset commit. Each time the stage dies, restarts and the
 //! counts still equal the ground truth, with no (item, window) applied twice.
-#![cfg(feature = "failpoints")]
 
 mod common;
 
@@ -18,6 +17,7 @@ use common::topology as fx;
 const SETTLE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn crashes_at_the_narrow_moments_never_change_the_counts() {
     let procs::Harness {
         settings,
@@ -94,6 +94,7 @@ async fn crashes_at_the_narrow_moments_never_change_the_counts() {
 /// row its first send wrote and its windows bounce off. Before, the error started stage 2 over
 /// from its last commit, after a 1-10 s backoff, once per lost answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_lost_answer_is_sent_again_in_place_not_by_a_restart() {
     let procs::Harness {
         settings,
@@ -140,6 +141,7 @@ async fn a_lost_answer_is_sent_again_in_place_not_by_a_restart() {
 /// them again. Twice: on partitions stage 2 had never committed (250 ms → 1 s), and on
 /// partitions committed with a length (1 s → 1.5 s, a length the old does not divide).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_window_change_after_a_crash_before_the_commit_applies_nothing_twice() {
     let procs::Harness {
         settings,
@@ -238,6 +240,7 @@ async fn a_window_change_after_a_crash_before_the_commit_applies_nothing_twice()
 /// 0, and the state it ends with is whole: every event produced again afterwards is a
 /// duplicate, and the counts do not move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_restore_killed_midway_resumes_where_it_stopped() {
     let procs::Harness {
         settings,

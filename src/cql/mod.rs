@@ -108,7 +108,7 @@ mod tests {
     /// (the driver's per-statement default is LOCAL_SERIAL only where one is set).
     #[test]
     fn no_statement_sets_its_own_serial_consistency() {
-        let root = likes_support::repo::root().join("src");
+        let root = likes_testkit::repo::root().join("src");
         let mut offenders = Vec::new();
         let mut dirs = vec![root];
         while let Some(dir) = dirs.pop() {

@@ -10,6 +10,8 @@
 //! part files is imported part by part (`parts`), each as a file of its own.
 
 pub mod checkpoint;
+/// Parquet files written as a warehouse would: for this crate's tests only.
+#[cfg(test)]
 pub mod parquet_file;
 pub mod parts;
 pub mod row;

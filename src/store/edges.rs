@@ -1,10 +1,8 @@
 //! `edges` (one row per (item, user), written only by compare-and-set on its op_id, together
 //! with the request keys it remembers) and `edges_by_user`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-
-use futures::TryStreamExt;
 
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
@@ -158,7 +156,6 @@ pub struct Cas<'a> {
 
 pub struct Edges {
     session: Arc<Session>,
-    ks: String,
     /// The row at SERIAL: every committed LWT is visible.
     read: PreparedStatement,
     /// The row without Paxos: a guess to aim the compare-and-set with.
@@ -264,7 +261,6 @@ impl Edges {
             )
             .await?,
             session,
-            ks: ks.to_string(),
         })
     }
 
@@ -323,35 +319,6 @@ impl Edges {
             .execute_unpaged(&self.unindex, (user, item))
             .await?;
         Ok(())
-    }
-
-    /// Every edge's state, (item, user) → liked, read page by page: for checks and jobs over
-    /// the whole keyspace, never for requests.
-    pub async fn all_states(&self) -> Result<HashMap<(String, String), bool>> {
-        let mut rows = self
-            .session
-            .query_iter(
-                format!("SELECT item_id, user_id, state FROM {}.edges", self.ks),
-                (),
-            )
-            .await?
-            .rows_stream::<(String, String, Option<i8>)>()?;
-        let mut out = HashMap::new();
-        while let Some((item, user, state)) = rows.try_next().await? {
-            out.insert((item, user), state == Some(EdgeState::Liked as i8));
-        }
-        Ok(out)
-    }
-
-    /// LIKED edges per item over the whole keyspace: what each count must converge to.
-    pub async fn liked_per_item(&self) -> Result<BTreeMap<String, i64>> {
-        let mut out = BTreeMap::new();
-        for ((item, _), liked) in self.all_states().await? {
-            if liked {
-                *out.entry(item).or_insert(0) += 1;
-            }
-        }
-        Ok(out)
     }
 
     /// The edge at SERIAL consistency: every committed flip is visible.

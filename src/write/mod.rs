@@ -221,11 +221,6 @@ impl Writer {
         Ok((writer, session))
     }
 
-    /// Sends the outbox clears queued so far.
-    pub async fn flush_clears(&self) {
-        self.clears.flush().await;
-    }
-
     /// Waits up to `within` for the acks owed to the writes answered so far, then sends the
     /// clears they queued: before a process that wrote exits, so that the relay does not
     /// publish those events again, and for whoever must find every answered write's event on

@@ -41,7 +41,7 @@ pub fn on_held_job() -> bool {
     std::thread::current().name() == Some(HELD_JOB)
 }
 
-pub use likes_support::names::unique;
+pub use likes_testkit::names::unique;
 
 /// Settings as the binary would load them (so `LIKES__*` still points tests at another
 /// stack), with a fresh keyspace and topic prefix.
@@ -64,7 +64,7 @@ pub fn settings(base: &str) -> Settings {
 /// The environment that makes the `likes` binary use `settings`' keyspace and prefix.
 pub fn env_for(settings: &Settings) -> Vec<(&'static str, String)> {
     let mut e =
-        likes_support::names::namespace_env(&settings.cql.keyspace, &settings.kafka.topic_prefix);
+        likes_testkit::names::namespace_env(&settings.cql.keyspace, &settings.kafka.topic_prefix);
     e.push((
         "LIKES__CQL__MAX_CLOCK_SKEW",
         format!("{}ms", settings.cql.max_clock_skew.as_millis()),

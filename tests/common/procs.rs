@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use likes::config::Settings;
@@ -80,20 +80,15 @@ impl Stage {
     /// Starts the process; `extra` adds variables for this start only (fail points).
     pub fn start_with(&mut self, extra: &[(&str, &str)]) {
         assert!(self.child.is_none(), "{} already running", self.name);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_likes"))
-            .arg(self.name)
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .envs(extra.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let env: Vec<(String, String)> = self
+            .env
+            .iter()
+            .cloned()
+            .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .collect();
+        let exe = std::path::Path::new(env!("CARGO_BIN_EXE_likes"));
+        let child =
+            likes_testkit::procs::start_logged(exe, &[self.name], &env, &self.log, false).unwrap();
         self.child = Some(child);
         self.started_at = std::time::Instant::now();
         self.starts += 1;

@@ -4,12 +4,12 @@
 
 /// kill -9 of `kafka` or `cassandra`, as a crashed node dies; returns once it is gone.
 pub fn kill9(name: &str) {
-    likes_support::stack::kill9(&likes_support::stack::dir(), name).unwrap();
+    likes_testkit::stack::kill9(&likes_testkit::stack::dir(), name).unwrap();
 }
 
 /// Starts whatever of the stack is down and waits until it serves (`stack/stack.sh up`).
 pub fn up() {
-    likes_support::stack::up(&likes_support::stack::script())
+    likes_testkit::stack::up(&likes_testkit::stack::script())
         .unwrap_or_else(|e| panic!("restarting the stack: {e}"));
 }
 

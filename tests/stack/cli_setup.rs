@@ -295,6 +295,7 @@ async fn topics_refuses_to_change_a_partition_count_and_creates_nothing() {
 /// created as asked, and the test above passed or failed with the broker's lag (it failed when
 /// the tests ran beside each other). Fail point `topics-stale-metadata`: the read lists nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn topics_refuses_a_partition_count_it_learns_of_only_from_the_create() {
     let settings = crate::common::settings("refuselate");
     let mut env = crate::common::env_for(&settings);

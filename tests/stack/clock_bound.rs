@@ -6,14 +6,13 @@
 //! stamps or judges time now refuses to start past `cql.max_clock_skew`; the skew is a test
 //! build's `LIKES_TEST_CLOCK_SKEW_MS`, a host whose clock is off.
 
-#![cfg(feature = "failpoints")]
-
 use std::time::Duration;
 
 use crate::common::procs::{stage_env, Stage};
 use crate::common::topology as fx;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_process_seconds_off_the_database_clock_refuses_to_start() {
     let settings = fx::settings("clockbound");
     let topology = likes::topology::Topology::load(None).unwrap();

@@ -6,8 +6,6 @@
 //! `likes compare` against the generator's counts finds nothing, every imported edge's first
 //! live flip counts exactly, and a re-run imports nothing.
 
-#![cfg(feature = "failpoints")]
-
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::time::Duration;
@@ -166,6 +164,7 @@ fn checkpoint(dir: &std::path::Path) -> Option<serde_json::Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn import_killed_and_resumed_under_live_likes_counts_exactly_and_compares_clean() {
     let (settings, topology, app, client) = api::serve_with("import", quick).await;
     let mut run = fx::start(&settings, &topology);
@@ -184,7 +183,7 @@ async fn import_killed_and_resumed_under_live_likes_counts_exactly_and_compares_
     assert_eq!(r.status(), StatusCode::ACCEPTED);
 
     let gen = generate(27, now);
-    let dir = std::env::temp_dir().join(likes_support::names::unique("import"));
+    let dir = std::env::temp_dir().join(likes_testkit::names::unique("import"));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("likes.csv");
     std::fs::File::create(&path)
@@ -490,12 +489,13 @@ fn write_parts(dir: &std::path::Path, gen: &File, seed: u64) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn an_export_in_parts_imports_part_by_part_and_resumes_after_the_parts_done() {
     let (settings, topology, app, _client) = api::serve_with("import_parts", quick).await;
     let mut run = fx::start(&settings, &topology);
     let now = likes::runtime::clock::now_ms();
     let gen = generate(31, now);
-    let dir = std::env::temp_dir().join(likes_support::names::unique("import-parts"));
+    let dir = std::env::temp_dir().join(likes_testkit::names::unique("import-parts"));
     let export = dir.join("export");
     std::fs::create_dir_all(&export).unwrap();
     let rows = write_parts(&export, &gen, 5);
@@ -604,6 +604,7 @@ async fn an_export_in_parts_imports_part_by_part_and_resumes_after_the_parts_don
 /// Fail points make the moment exact on any box: a checkpoint after every chunk, and the
 /// third held after its chunk was written and before it was saved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn an_item_sorted_import_killed_between_checkpoints_lists_every_item() {
     const ITEMS: usize = 800;
     const PER_ITEM: usize = 5;
@@ -619,7 +620,7 @@ async fn an_item_sorted_import_killed_between_checkpoints_lists_every_item() {
         }
         want.insert(item, PER_ITEM as i64);
     }
-    let dir = std::env::temp_dir().join(likes_support::names::unique("import-sorted"));
+    let dir = std::env::temp_dir().join(likes_testkit::names::unique("import-sorted"));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("likes.csv");
     std::fs::write(&path, &csv).unwrap();

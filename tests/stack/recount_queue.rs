@@ -57,6 +57,7 @@ async fn send(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn the_queue_reads_from_its_position_counts_what_it_lost_and_never_stalls() {
     let (settings, topology, _app, client) = api::serve_with("recountq", quick).await;
     let run = fx::start(&settings, &topology);

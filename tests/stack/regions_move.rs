@@ -4,8 +4,6 @@
 //! One datacenter is enough: the range table, the recount and both regions' pipelines are on
 //! the dev stack, each region with its own topics.
 
-#![cfg(feature = "failpoints")]
-
 use std::time::Duration;
 
 use likes::ops::region::Which;
@@ -14,6 +12,7 @@ use crate::common::api::{Client, KEY};
 use crate::common::topology as fx;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_move_whose_recount_left_items_in_flight_keeps_them_owed() {
     let mut a = crate::common::regions::one_datacenter("moveowed");
     a.api.relay_min_age = Duration::from_secs(6);

@@ -39,7 +39,7 @@ impl Ca {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_forwarded_between_regions_go_over_mutual_tls() {
-    let dir = std::env::temp_dir().join(likes_support::names::unique("likes-tls"));
+    let dir = std::env::temp_dir().join(likes_testkit::names::unique("likes-tls"));
     std::fs::create_dir_all(&dir).unwrap();
     let put = |name: &str, pem: &str| {
         let path = dir.join(name);

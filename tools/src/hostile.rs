@@ -24,7 +24,7 @@ use likes::topology::Topology;
 use tokio::io::AsyncWriteExt;
 
 use crate::bench::harness::{spawn_api, wait_ready};
-use crate::procs::stop;
+use likes_testkit::procs::stop;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct HostileArgs {
@@ -243,7 +243,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &HostileArgs) -> Re
     settings.api.listen = "127.0.0.1:19490".into();
     settings.metrics.listen = "127.0.0.1:19491".into();
     settings.api.relay = false;
-    crate::namespace::create(&settings, topology, true).await?;
+    likes_testkit::namespace::create(&settings, topology, true).await?;
     let dir = std::env::temp_dir().join(format!("likes-hostile-{stamp}"));
     std::fs::create_dir_all(&dir)?;
     let mut api = spawn_api(&settings, &dir)?;

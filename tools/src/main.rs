@@ -8,8 +8,6 @@ mod chaos;
 mod demo;
 mod hostile;
 mod loadgen;
-mod namespace;
-mod procs;
 mod prune;
 
 use std::process::ExitCode;

@@ -1,7 +1,7 @@
 //! `likes-tools prune`: deletes what test runs left on the local stack. A passing test drops
 //! its keyspace and topics; a failed or killed one cannot, and thousands of leftover
 //! partitions make the broker's start slow enough to miss `make up`'s readiness wait. Only
-//! namespaces named by `likes_support::names::unique` whose process has exited are touched:
+//! namespaces named by `likes_testkit::names::unique` whose process has exited are touched:
 //! a run beside this one, a demo or a chaos run's kept namespace are left alone.
 
 use std::collections::BTreeSet;
@@ -11,7 +11,7 @@ use anyhow::Result;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use likes::config::Settings;
-use likes_support::names::is_left_behind;
+use likes_testkit::names::is_left_behind;
 
 /// What a prune deleted.
 pub struct Pruned {

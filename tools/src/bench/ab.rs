@@ -19,7 +19,7 @@ use likes::topology::Topology;
 use super::harness::{spawn_api_bin, wait_ready};
 use super::stats::{fig, mmm};
 use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Summary, Target};
-use crate::procs::{likes_bin, stop};
+use likes_testkit::procs::{likes_bin, stop};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct AbArgs {
@@ -105,7 +105,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
         settings.api.max_writes_in_flight = 20_000;
         settings.api.max_writes_per_s = 1e9;
     }
-    let (session, _) = crate::namespace::create(&settings, topology, true).await?;
+    let (session, _) = likes_testkit::namespace::create(&settings, topology, true).await?;
     let dir = std::env::temp_dir().join(format!("likes-ab-{stamp}"));
     std::fs::create_dir_all(&dir)?;
     let http = reqwest::Client::new();
@@ -230,7 +230,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
         stop(&mut api);
     }
     let _ = std::fs::remove_dir_all(&dir);
-    crate::namespace::drop(&session, &settings, topology)
+    likes_testkit::namespace::drop(&session, &settings, topology)
         .await
         .map_err(|e| anyhow!(format!("dropping the run's namespace: {e}")))?;
     Ok(Report {

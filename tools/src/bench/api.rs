@@ -33,11 +33,11 @@ use tokio::sync::Mutex;
 use super::api_costs::{Cost, Costs};
 use super::harness::{open_loop, spawn_api, wait_ready, Latency};
 use super::stats::{fig, mmm, Goal};
-use crate::procs::stop;
 use anyhow::{anyhow, Result};
 use likes::api::{self, auth::Signer};
 use likes::config::Settings;
 use likes::topology::Topology;
+use likes_testkit::procs::stop;
 
 /// The API's capacity over the bare LWT loop's must reach this.
 pub const CAPACITY_GOAL: f64 = 0.7;
@@ -216,7 +216,7 @@ pub async fn run(
     settings.api.max_writes_per_s = 0.0;
     settings.api.max_writes_per_user_per_s = 0.0;
     settings.api.relay = false;
-    let (session, _) = crate::namespace::create(&settings, topology, true).await?;
+    let (session, _) = likes_testkit::namespace::create(&settings, topology, true).await?;
     let dir = std::env::temp_dir().join(format!("likes-benchapi-{stamp}"));
     std::fs::create_dir_all(&dir)?;
     let mut report = ApiBenchReport {
@@ -287,7 +287,7 @@ pub async fn run(
         report.rounds.push(r);
     }
     stop(&mut child);
-    crate::namespace::drop(&session, &settings, topology).await?;
+    likes_testkit::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&args.out)?;
     let json = serde_json::to_string_pretty(&report)?;

@@ -13,10 +13,10 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use super::scrape::{buckets, cpu_seconds, diff, quantile, scrape};
-use crate::procs::{self, Proc};
 use likes::api::auth::Signer;
 use likes::config::Settings;
 use likes::runtime::metrics as m;
+use likes_testkit::procs::{self, Proc};
 
 /// Latency figures of one loop, milliseconds.
 #[derive(Debug, Default, Clone, Copy, Serialize)]
@@ -100,7 +100,7 @@ pub(crate) fn cassandra_pid() -> Option<u32> {
 
 /// A process `make up` started (`cassandra`, `kafka`), from its pid file.
 pub(crate) fn stack_pid(name: &str) -> Option<u32> {
-    let path = likes_support::stack::dir().join(format!("{name}.pid"));
+    let path = likes_testkit::stack::dir().join(format!("{name}.pid"));
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 

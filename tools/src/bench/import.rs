@@ -160,7 +160,7 @@ async fn measure(
         ..Default::default()
     };
     let env =
-        |s: &Settings| likes_support::names::namespace_env(&s.cql.keyspace, &s.kafka.topic_prefix);
+        |s: &Settings| likes_testkit::names::namespace_env(&s.cql.keyspace, &s.kafka.topic_prefix);
     report.dry_all = dry_run(&file, &dir.join("dry-all"), &env(base))?;
     report.dry_tenth = dry_run(&tenth, &dir.join("dry-tenth"), &env(base))?;
     eprintln!(
@@ -172,21 +172,21 @@ async fn measure(
         let mut bare_s = base.clone();
         bare_s.cql.keyspace = format!("bench_import_bare_{stamp}");
         bare_s.kafka.topic_prefix = format!("bench_import_bare_{stamp}.");
-        let (session, _) = crate::namespace::create(&bare_s, topology, false).await?;
+        let (session, _) = likes_testkit::namespace::create(&bare_s, topology, false).await?;
         let bare = bare_rate(&bare_s, topology, &file, args).await;
-        let _ = crate::namespace::drop(&session, &bare_s, topology).await;
+        let _ = likes_testkit::namespace::drop(&session, &bare_s, topology).await;
         let bare = bare?;
         let mut imp_s = base.clone();
         imp_s.cql.keyspace = format!("bench_import_{stamp}");
         imp_s.kafka.topic_prefix = format!("bench_import_{stamp}.");
-        let (session, _) = crate::namespace::create(&imp_s, topology, false).await?;
+        let (session, _) = likes_testkit::namespace::create(&imp_s, topology, false).await?;
         let imported = import_rate(
             &file,
             &dir.join(format!("state-{round}")),
             &env(&imp_s),
             args,
         );
-        let _ = crate::namespace::drop(&session, &imp_s, topology).await;
+        let _ = likes_testkit::namespace::drop(&session, &imp_s, topology).await;
         let (rate, rss) = imported?;
         eprintln!(
             "import bench: round {}/{}: import {rate:.0}/s, bare {bare:.0}/s ({:.2}), peak RSS {rss:.0} MB",
@@ -208,7 +208,7 @@ fn spawn_import(
     env: &[(&'static str, String)],
     extra: &[&str],
 ) -> Result<std::process::Child> {
-    std::process::Command::new(crate::procs::likes_bin()?)
+    std::process::Command::new(likes_testkit::procs::likes_bin()?)
         .arg("import")
         .arg(file)
         .arg("--state-dir")

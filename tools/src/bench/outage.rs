@@ -56,8 +56,8 @@ pub struct Outage {
 /// Runs the writes at `rate` around a broker outage; the broker is up again when it returns
 /// (or the error says why not).
 pub(super) async fn broker(client: &Client, tag: &str, rate: f64) -> Result<Outage> {
-    let stack_dir = likes_support::stack::dir();
-    let script = likes_support::stack::script();
+    let stack_dir = likes_testkit::stack::dir();
+    let script = likes_testkit::stack::script();
     let answers = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
     // The writes go on until AFTER past the broker's return (ms since `started`).
@@ -93,7 +93,7 @@ pub(super) async fn broker(client: &Client, tag: &str, rate: f64) -> Result<Outa
     let up = || {
         let script = script.clone();
         async move {
-            tokio::task::spawn_blocking(move || likes_support::stack::up(&script))
+            tokio::task::spawn_blocking(move || likes_testkit::stack::up(&script))
                 .await?
                 .map_err(|e| anyhow!(e))
         }
@@ -104,7 +104,7 @@ pub(super) async fn broker(client: &Client, tag: &str, rate: f64) -> Result<Outa
             // Before the kill: writes sent while the broker dies are the outage's.
             let killed = started.elapsed();
             let dir = stack_dir.clone();
-            tokio::task::spawn_blocking(move || likes_support::stack::kill9(&dir, "kafka"))
+            tokio::task::spawn_blocking(move || likes_testkit::stack::kill9(&dir, "kafka"))
                 .await?
                 .map_err(|e| anyhow!(e))?;
             eprintln!("bench overload: broker killed (kill -9); back in {DOWN:?}");

@@ -28,11 +28,11 @@ use serde::Serialize;
 use super::harness::{capacity, p99, spawn_api_admitted, Client, API_METRICS_PORT};
 use super::scrape::{buckets, diff, quantile, scrape};
 use super::stats::{fig, mmm, Goal};
-use crate::procs::stop;
 use likes::api::auth::Signer;
 use likes::config::Settings;
 use likes::runtime::metrics as m;
 use likes::topology::Topology;
+use likes_testkit::procs::stop;
 
 /// Knobs of `likes-tools bench overload`.
 #[derive(Debug, Clone, clap::Args)]
@@ -110,7 +110,7 @@ pub async fn run(
     settings.cql.keyspace = format!("benchover_{stamp}");
     settings.api.session_key = format!("bench-session-key-{stamp:0>20}");
     settings.api.listen = "127.0.0.1:19481".into();
-    let (session, _) = crate::namespace::create(&settings, topology, true).await?;
+    let (session, _) = likes_testkit::namespace::create(&settings, topology, true).await?;
     let dir = std::env::temp_dir().join(format!("likes-benchover-{stamp}"));
     std::fs::create_dir_all(&dir)?;
     let client = Client {
@@ -217,7 +217,7 @@ pub async fn run(
         stop(&mut api);
         report.rounds.push(r);
     }
-    crate::namespace::drop(&session, &settings, topology).await?;
+    likes_testkit::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&args.out)?;
     let path = args.out.join(format!("overload-{stamp}.json"));

@@ -40,7 +40,7 @@ pub struct PeerRun {
 fn build_script() -> PathBuf {
     std::env::var_os("LIKES_PEERS_BUILD")
         .map(PathBuf::from)
-        .unwrap_or_else(|| likes_support::repo::root().join("tools/peers/build.sh"))
+        .unwrap_or_else(|| likes_testkit::repo::root().join("tools/peers/build.sh"))
 }
 
 /// Builds the peers if their sources changed (once, cached) and returns their classpath.

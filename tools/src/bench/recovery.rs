@@ -13,9 +13,9 @@ use serde::Serialize;
 
 use super::harness::{spawn_stage, COUNT_PORT, DEDUPE_PORT};
 use super::scrape::{buckets, diff, quantile, scrape};
-use crate::procs::Proc;
 use likes::config::Settings;
 use likes::runtime::metrics as m;
+use likes_testkit::procs::Proc;
 
 /// Steady load before the kill.
 const BEFORE_KILL: Duration = Duration::from_secs(5);
@@ -68,7 +68,7 @@ pub(super) async fn measure(
             let _ = proc.child.wait();
         }
         // Timed from the signal: a drain is part of what a rolling update costs.
-        Restart::Graceful => crate::procs::stop(proc),
+        Restart::Graceful => likes_testkit::procs::stop(proc),
     }
     let (port, progress) = match stage {
         "dedupe" => (DEDUPE_PORT, m::EVENTS_IN),

@@ -92,11 +92,11 @@ pub async fn run(
     );
     settings.cql.keyspace = name.clone();
     settings.kafka.topic_prefix = format!("{name}.");
-    let (session, _) = crate::namespace::create(&settings, topology, false).await?;
+    let (session, _) = likes_testkit::namespace::create(&settings, topology, false).await?;
     let topic = settings.topic(&topology.topics.dedupe_changelog.name);
     let partitions = topology.topics.dedupe_changelog.partitions;
     let result = measure(&settings, &topic, partitions, args).await;
-    let _ = crate::namespace::drop(&session, &settings, topology).await;
+    let _ = likes_testkit::namespace::drop(&session, &settings, topology).await;
     result
 }
 

@@ -35,11 +35,11 @@ use super::harness::{self, Client, API_METRICS_PORT};
 use super::scrape::{buckets, cpu_seconds, diff, quantile, scrape};
 use super::stats::{fig, mmm, Goal};
 use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target};
-use crate::procs::{self, stop};
 use likes::api::auth::Signer;
 use likes::config::Settings;
 use likes::runtime::metrics as m;
 use likes::topology::Topology;
+use likes_testkit::procs::{self, stop};
 
 const DEDUPE_PORT: u16 = 19565;
 const COUNT_PORT: u16 = 19566;
@@ -214,11 +214,11 @@ pub async fn run(base: &Settings, topology: &Topology, args: &SweepArgs) -> Resu
     settings.metrics.listen = format!("127.0.0.1:{API_METRICS_PORT}");
     let dir = std::env::temp_dir().join(format!("likes-sweep-{stamp}"));
     settings.dedupe.state_dir = dir.join("state");
-    crate::namespace::write_topology(&dir, topology)?;
-    let (session, _) = crate::namespace::create(&settings, topology, true).await?;
+    likes_testkit::namespace::write_topology(&dir, topology)?;
+    let (session, _) = likes_testkit::namespace::create(&settings, topology, true).await?;
     settle().await;
     let report = sweep(&settings, topology, args, &dir, stamp).await;
-    crate::namespace::drop(&session, &settings, topology).await?;
+    likes_testkit::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
     let report = report?;
     std::fs::create_dir_all(&args.out)

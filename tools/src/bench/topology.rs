@@ -39,7 +39,6 @@ use super::harness::{spawn_stage, COUNT_PORT, DEDUPE_PORT};
 use super::peer::{self, PeerRun};
 use super::recovery::{self, Recovery, Restart};
 use super::scrape::{buckets, diff, peak_rss_mb, quantile, scrape};
-use crate::procs::stop;
 use anyhow::{anyhow, Result};
 use likes::config::Settings;
 use likes::kafka;
@@ -47,6 +46,7 @@ use likes::runtime::metrics as m;
 use likes::schema::v1::LikeEvent;
 use likes::store::counts::Counts;
 use likes::topology::Topology;
+use likes_testkit::procs::stop;
 
 /// The start of the live phase that is not measured.
 const LIVE_WARMUP: Duration = Duration::from_secs(5);
@@ -315,8 +315,8 @@ pub async fn topology(
     settings.dedupe.state_dir = dir.join("state");
     std::fs::create_dir_all(&dir)?;
     // The stages run exactly this run's topology (which may differ from the file's window).
-    crate::namespace::write_topology(&dir, topology)?;
-    let (session, _) = crate::namespace::create(&settings, topology, true).await?;
+    likes_testkit::namespace::write_topology(&dir, topology)?;
+    let (session, _) = likes_testkit::namespace::create(&settings, topology, true).await?;
     let counts = Counts::prepare(session.clone(), &settings.cql.keyspace).await?;
     let events_topic = settings.topic(&topology.topics.events.name);
     info!(dir = %dir.display(), keyspace = %settings.cql.keyspace, "bench set up");
@@ -482,7 +482,7 @@ pub async fn topology(
     check_counts(&counts, &g.truth).await?;
 
     // Leave nothing behind but the report.
-    crate::namespace::drop(&session, &settings, topology).await?;
+    likes_testkit::namespace::drop(&session, &settings, topology).await?;
     let _ = std::fs::remove_dir_all(&dir);
 
     std::fs::create_dir_all(&args.out)?;

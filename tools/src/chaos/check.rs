@@ -16,13 +16,12 @@ use scylla::client::session::Session;
 use serde::Serialize;
 
 use crate::loadgen::EdgeSeen;
-use crate::namespace::edges_and_counts;
 use anyhow::{anyhow, Result};
 use likes::config::Settings;
 use likes::kafka::{self, LogContext};
 use likes::schema::v1::{delta_record::Record, DeltaRecord};
-use likes::store::edges::Edges;
 use likes::topology::Topology;
+use likes_testkit::namespace::edges_and_counts;
 
 /// One item whose figures disagree.
 #[derive(Debug, Clone, Serialize)]
@@ -161,10 +160,7 @@ pub async fn verdict(
             }
         }
     }
-    let states = Edges::prepare(session.clone(), ks)
-        .await?
-        .all_states()
-        .await?;
+    let states = likes_testkit::truth::edge_states(session, ks).await?;
     v.erased_likes_left = states
         .iter()
         .filter(|((_, user), liked)| **liked && erased.contains(user))

@@ -8,8 +8,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::procs::{spawn, Proc};
 use anyhow::{anyhow, Result};
+use likes_testkit::procs::{spawn, Proc};
 
 /// One fault.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -409,12 +409,12 @@ fn schedule_restart(s: &mut Supervised, now: Instant) {
 
 /// kill -9 of the stack's `kafka` or `cassandra` (by `stack/stack.sh`'s pid file).
 pub fn kill9_dependency(stack_dir: &Path, name: &str) -> Result<()> {
-    likes_support::stack::kill9(stack_dir, name).map_err(|e| anyhow!(e))
+    likes_testkit::stack::kill9(stack_dir, name).map_err(|e| anyhow!(e))
 }
 
 /// `stack/stack.sh up`: starts what is down and waits until it serves.
 pub fn stack_up(script: &Path) -> Result<()> {
-    likes_support::stack::up(script).map_err(|e| anyhow!(e))
+    likes_testkit::stack::up(script).map_err(|e| anyhow!(e))
 }
 
 #[cfg(test)]

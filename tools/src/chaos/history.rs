@@ -67,7 +67,7 @@ impl std::fmt::Display for Linearizability {
 /// `make chaos-build` puts it).
 pub fn checker(given: Option<&Path>) -> PathBuf {
     given.map(Path::to_path_buf).unwrap_or_else(|| {
-        likes_support::stack::cache_dir()
+        likes_testkit::stack::cache_dir()
             .join("bin")
             .join("likes-linearizability")
     })

@@ -253,7 +253,7 @@ async fn run_one(
 ) -> Result<RunReport> {
     let stamp = likes::runtime::clock::now_ms() / 1000 % 1_000_000;
     let namespace = format!("chaos_{seed}_{stamp}");
-    let stack_dir = likes_support::stack::dir();
+    let stack_dir = likes_testkit::stack::dir();
     let dir = stack_dir.join("chaos").join(&namespace);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut settings = run_settings(base, &namespace)?;
@@ -277,7 +277,7 @@ async fn run_one(
         env.push(("LIKES__DEDUPE__ALLOW_SHORT_HORIZON".into(), "true".into()));
     }
     let topology = &topology;
-    let (session, _) = crate::namespace::create(&settings, topology, false).await?;
+    let (session, _) = likes_testkit::namespace::create(&settings, topology, false).await?;
     let mut urls = vec![format!("http://{}", settings.api.listen)];
     // Each API's own environment: its fail points, and its address and clock after the first.
     let api_env = |mut e: Vec<(String, String)>| {
@@ -305,7 +305,7 @@ async fn run_one(
     let mut fleet = Fleet::start(&dir, env.clone(), apis, |name| {
         if args.cluster {
             vec![(
-                crate::procs::RUN_AS.to_string(),
+                likes_testkit::procs::RUN_AS.to_string(),
                 cluster::gid_of(name).to_string(),
             )]
         } else {
@@ -361,7 +361,7 @@ async fn run_one(
         let live = live.clone();
         tokio::spawn(async move { loadgen::drive(target, &mut mix, &phases, live).await })
     };
-    let mut stack_script = (args.stack_script.clone()).unwrap_or_else(likes_support::stack::script);
+    let mut stack_script = (args.stack_script.clone()).unwrap_or_else(likes_testkit::stack::script);
     if args.cluster {
         stack_script = cluster::script(&stack_script);
     }
@@ -449,7 +449,7 @@ async fn run_one(
         // What the pipeline could not count exactly (flips dead-lettered, or counted on a
         // guess) is the recount queue's: drained as production drains it.
         say("chaos: counts still differ after the drain; draining the recount queue (likes reconcile --dead-letters)");
-        let job = crate::procs::spawn_job(
+        let job = likes_testkit::procs::spawn_job(
             &["reconcile", "--dead-letters", "--reason", "chaos-recount"],
             "recount",
             &dir,
@@ -502,7 +502,7 @@ async fn run_one(
         .collect();
     if passed {
         // A passing run leaves nothing behind; a failing one keeps its namespace and logs.
-        let _ = crate::namespace::drop(&session, &settings, topology).await;
+        let _ = likes_testkit::namespace::drop(&session, &settings, topology).await;
         let _ = std::fs::remove_dir_all(dir.join("dedupe-state"));
     }
     Ok(RunReport {
@@ -550,7 +550,7 @@ fn free_port() -> Result<u16> {
 /// Waits for operations jobs (at most 10 minutes: each has its own wait timeout) while
 /// supervising the fleet; returns (when it struck, job, how it ended) for each.
 async fn finish_jobs(
-    mut jobs: Vec<(f64, crate::procs::Proc)>,
+    mut jobs: Vec<(f64, likes_testkit::procs::Proc)>,
     fleet: &mut Fleet,
     interrupted: &CancellationToken,
 ) -> Result<Vec<(f64, &'static str, String)>> {
@@ -600,7 +600,7 @@ fn run_settings(base: &Settings, namespace: &str) -> Result<Settings> {
 
 /// The environment of a run's processes.
 fn process_env(settings: &Settings, dir: &std::path::Path) -> Vec<(String, String)> {
-    crate::procs::env_in(
+    likes_testkit::procs::env_in(
         &settings.cql.keyspace,
         &settings.kafka.topic_prefix,
         [

@@ -71,7 +71,7 @@ pub(super) struct Strikes<'a> {
     /// changes it).
     pub env: Vec<(String, String)>,
     /// Operations jobs started by faults, with the time they struck: waited for after the load.
-    pub jobs: Vec<(f64, crate::procs::Proc)>,
+    pub jobs: Vec<(f64, likes_testkit::procs::Proc)>,
     /// What the load's client knows of each edge (an erasure picks its user from it).
     pub live: Arc<Live>,
     /// Users erased by a fault: their acknowledged likes were taken back on purpose.
@@ -234,7 +234,7 @@ impl Strikes<'_> {
             if d.start.is_none() && now >= d.back_at {
                 let (script, node) = (self.stack_script.clone(), d.node.clone());
                 d.start = Some(tokio::task::spawn_blocking(move || {
-                    likes_support::stack::start_node(&script, &node).map_err(|e| anyhow!(e))
+                    likes_testkit::stack::start_node(&script, &node).map_err(|e| anyhow!(e))
                 }));
             }
             i += 1;
@@ -297,7 +297,7 @@ impl Strikes<'_> {
                         );
                         self.note(format!("reconcile-b's clock {by:+} s"));
                     }
-                    let job = crate::procs::spawn_job(
+                    let job = likes_testkit::procs::spawn_job(
                         &["reconcile", "--sample", "40", "--reason", reason],
                         name,
                         self.dir,
@@ -325,7 +325,7 @@ impl Strikes<'_> {
                     return Ok(());
                 };
                 say(&format!("  erasing {user}"));
-                let job = crate::procs::spawn_job(
+                let job = likes_testkit::procs::spawn_job(
                     &["erase", "--user", &user],
                     "erase",
                     self.dir,
@@ -458,7 +458,7 @@ impl Strikes<'_> {
             "LIKES__TOPOLOGY__PATH",
             &path.display().to_string(),
         );
-        let migrated = crate::procs::likes_bin().and_then(|bin| {
+        let migrated = likes_testkit::procs::likes_bin().and_then(|bin| {
             std::process::Command::new(bin)
                 .args(["migrate", "--accept-window-change"])
                 .envs(env.iter().map(|(k, v)| (k, v)))

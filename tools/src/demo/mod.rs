@@ -23,12 +23,12 @@ mod slo;
 
 use crate::bench::scrape::{buckets, quantile, scrape};
 use crate::loadgen::{self, Live, Mix, MixArgs, Phase, Target, VIRAL_ITEM};
-use crate::procs::{spawn, Proc};
 use anyhow::{anyhow, Result};
 use likes::config::Settings;
 use likes::runtime::metrics as m;
 use likes::store::counts::Counts;
 use likes::topology::Topology;
+use likes_testkit::procs::{spawn, Proc};
 
 const DEMO_KEYSPACE: &str = "likes_demo";
 const DEMO_TOPIC_PREFIX: &str = "demo.";
@@ -46,7 +46,7 @@ const TOP: usize = 8;
 const WARMUP_SECONDS: u64 = 10;
 
 pub fn demo_dir() -> PathBuf {
-    likes_support::stack::dir().join("demo")
+    likes_testkit::stack::dir().join("demo")
 }
 
 /// Stops the processes an earlier demo left (by their pid files, only if still `likes`).
@@ -92,7 +92,7 @@ pub async fn run(base: &Settings, topology: &Topology, seconds: u64, rate: f64) 
     stop_earlier(&dir);
 
     say("demo: schema and topics");
-    let (session, said) = crate::namespace::create(&settings, topology, false).await?;
+    let (session, said) = likes_testkit::namespace::create(&settings, topology, false).await?;
     for line in said {
         say(&format!("demo: {line}"));
     }
@@ -263,7 +263,7 @@ impl Scenario {
 
 /// The environment of the demo's processes: its namespace, the metrics port, the relay on.
 fn process_env(settings: &Settings, dir: &Path, metrics: u16) -> Vec<(String, String)> {
-    crate::procs::env_in(
+    likes_testkit::procs::env_in(
         DEMO_KEYSPACE,
         DEMO_TOPIC_PREFIX,
         [
@@ -409,7 +409,7 @@ async fn verdict(
     let deadline = Instant::now() + CONVERGE;
     let (rows, checked, ok) = loop {
         let (expected, counted) =
-            crate::namespace::edges_and_counts(session, DEMO_KEYSPACE).await?;
+            likes_testkit::namespace::edges_and_counts(session, DEMO_KEYSPACE).await?;
         let items: std::collections::BTreeSet<&String> =
             expected.keys().chain(counted.keys()).collect();
         let mut rows = Vec::new();

@@ -10,7 +10,6 @@ use scylla::client::session::Session;
 
 use likes::config::Settings;
 use likes::store::counts::Counts;
-use likes::store::edges::Edges;
 use likes::topology::Topology;
 use likes::{cmd, cql};
 
@@ -69,9 +68,11 @@ pub fn write_topology(dir: &Path, topology: &Topology) -> Result<PathBuf> {
 /// LIKED edges per item (what each count must converge to) and every counter row
 /// (item → (count, asOf ms)), read through the product's stores.
 pub async fn edges_and_counts(session: &Arc<Session>, ks: &str) -> Result<(Liked, Counted)> {
-    let edges = Edges::prepare(session.clone(), ks).await?;
     let counts = Counts::prepare(session.clone(), ks).await?;
-    Ok((edges.liked_per_item().await?, counts.all().await?))
+    Ok((
+        crate::truth::liked_per_item(session, ks).await?,
+        counts.all().await?,
+    ))
 }
 
 /// LIKED edges per item.

@@ -120,19 +120,40 @@ fn start_bin(
     env: &[(String, String)],
     own_group: bool,
 ) -> Result<Proc> {
-    let command = args.join(" ");
     let log_path = dir.join(format!("{name}.log"));
-    let log = std::fs::OpenOptions::new()
+    let child = start_logged(exe, args, env, &log_path, own_group)?;
+    let pid_file = dir.join(format!("{name}.pid"));
+    std::fs::write(&pid_file, child.id().to_string())
+        .with_context(|| format!("writing {}", pid_file.display()))?;
+    Ok(Proc {
+        name,
+        child,
+        attached: !own_group,
+    })
+}
+
+/// Starts `exe args` with `env` added, stdin closed and its output appended to `log`: how
+/// every product process a test or a tool starts is started. With `own_group`, in a process
+/// group of its own (a Ctrl-C in the terminal reaches only the tool).
+pub fn start_logged(
+    exe: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+    log: &Path,
+    own_group: bool,
+) -> Result<Child> {
+    let command = args.join(" ");
+    let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&log_path)
-        .with_context(|| format!("opening {}", log_path.display()))?;
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
     let mut cmd = Command::new(exe);
     cmd.args(args)
         .envs(env.iter().filter(|(k, _)| k != RUN_AS).map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file);
     if own_group {
         cmd.process_group(0);
     }
@@ -144,17 +165,8 @@ fn start_bin(
             .map_err(|_| anyhow!("{RUN_AS}={gid} is not a group id"))?;
         cmd.gid(gid);
     }
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("starting {} {command}", exe.display()))?;
-    let pid_file = dir.join(format!("{name}.pid"));
-    std::fs::write(&pid_file, child.id().to_string())
-        .with_context(|| format!("writing {}", pid_file.display()))?;
-    Ok(Proc {
-        name,
-        child,
-        attached: !own_group,
-    })
+    cmd.spawn()
+        .with_context(|| format!("starting {} {command}", exe.display()))
 }
 
 /// In a spawn's environment: the group id to run the process with (see [`start_bin`]).
@@ -173,13 +185,13 @@ pub fn env<const N: usize>(pairs: [(&str, String); N]) -> Vec<(String, String)> 
     pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
-/// [`env`], in the namespace (`keyspace`, `topic_prefix`) of a run (likes_support::names).
+/// [`env`], in the namespace (`keyspace`, `topic_prefix`) of a run (crate::names).
 pub fn env_in<const N: usize>(
     keyspace: &str,
     topic_prefix: &str,
     pairs: [(&str, String); N],
 ) -> Vec<(String, String)> {
-    likes_support::names::namespace_env(keyspace, topic_prefix)
+    crate::names::namespace_env(keyspace, topic_prefix)
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .chain(env(pairs))
