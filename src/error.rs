@@ -13,6 +13,11 @@ pub enum Error {
     #[error("configuration: {0}")]
     Config(String),
 
+    /// The command cannot go ahead until something else is done first (it says what): a
+    /// range table to create, a state folder holding another run's checkpoint.
+    #[error("not yet: {0}")]
+    Precondition(String),
+
     /// What the operator gave a command is wrong (a file, a flag's value): fix it and run again.
     #[error("bad input: {0}")]
     Input(String),
@@ -196,6 +201,7 @@ impl Error {
         match self {
             Error::Config(_)
             | Error::Input(_)
+            | Error::Precondition(_)
             | Error::Refused(_)
             | Error::Raced(_)
             | Error::Topology(_)
@@ -245,6 +251,7 @@ mod tests {
             Error::Timeout(std::time::Duration::ZERO, "x".into()),
             Error::Config("x".into()),
             Error::Input("x".into()),
+            Error::Precondition("x".into()),
             Error::Unavailable("x".into()),
             Error::Refused("x".into()),
             Error::Raced("x".into()),

@@ -69,7 +69,7 @@ impl Args {
                 s.push(".import");
                 Ok(PathBuf::from(s))
             }
-            _ => Err(Error::Config(
+            _ => Err(Error::Input(
                 "several paths to import: say where their checkpoint goes (--state-dir)".into(),
             )),
         }
@@ -337,7 +337,7 @@ async fn run_file(
         None => fresh,
         // Its side files would be cut to nothing under the real import's checkpoint.
         Some(_) if args.dry_run => {
-            return Err(Error::Config(format!(
+            return Err(Error::Precondition(format!(
                 "{} holds a real import's checkpoint: a dry run there would overwrite its \
                  rejects; give the dry run another --state-dir",
                 state.dir.display()
@@ -349,7 +349,7 @@ async fn run_file(
                 || c.mapping != args.mapping
                 || c.keyspace != fresh.keyspace =>
         {
-            return Err(Error::Config(format!(
+            return Err(Error::Precondition(format!(
                 "{} holds the checkpoint of another import ({}, {} bytes, {:?}, keyspace {}); \
                  use another --state-dir, or delete that one to start this file over",
                 state.dir.display(),
@@ -563,7 +563,7 @@ fn read(
             Err(e) => {
                 let msg = e.to_string();
                 let _ = tx.blocking_send(Err(e));
-                return Err(Error::Config(msg));
+                return Err(Error::Input(msg));
             }
         };
         if r.seq < skip {

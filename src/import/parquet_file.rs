@@ -25,7 +25,7 @@ const GROUP: usize = 65_536;
 
 /// Writes (item, user, liked, liked_at ms) rows.
 pub fn write(path: &Path, rows: &[(&str, &str, bool, i64)]) -> Result<()> {
-    let err = |e: parquet::errors::ParquetError| Error::Config(format!("{}: {e}", path.display()));
+    let err = |e: parquet::errors::ParquetError| Error::Input(format!("{}: {e}", path.display()));
     let schema = Arc::new(parquet::schema::parser::parse_message_type(SCHEMA).map_err(err)?);
     let props = Arc::new(
         WriterProperties::builder()

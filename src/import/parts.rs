@@ -27,7 +27,7 @@ pub fn expand(paths: &[PathBuf], state_dir: &Path) -> Result<Vec<PathBuf>> {
             let mut files = Vec::new();
             walk(p, state.as_deref(), &mut files)?;
             if files.is_empty() {
-                return Err(Error::Config(format!(
+                return Err(Error::Input(format!(
                     "{}: no data files in it (names starting with _ or . are skipped)",
                     p.display()
                 )));
@@ -126,7 +126,7 @@ pub fn fix_manifest(state: &StateDir, files: &[PathBuf]) -> Result<()> {
                 (before.files.iter().collect(), now.files.iter().collect());
             let added: Vec<_> = is.difference(&was).take(3).collect();
             let gone: Vec<_> = was.difference(&is).take(3).collect();
-            Err(Error::Config(format!(
+            Err(Error::Input(format!(
                 "the export's parts differ from those {} started with (added {added:?}, gone \
                  {gone:?}); import new parts with another --state-dir, or delete that one to \
                  start over (which changes nothing already imported)",

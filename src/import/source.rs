@@ -27,7 +27,7 @@ impl Format {
             "csv" => Ok(Format::Csv),
             "jsonl" | "ndjson" | "json" => Ok(Format::Jsonl),
             "parquet" => Ok(Format::Parquet),
-            _ => Err(Error::Config(format!(
+            _ => Err(Error::Input(format!(
                 "format {s:?}: use csv, jsonl or parquet"
             ))),
         }
@@ -41,7 +41,7 @@ impl Format {
         };
         let ext = bare.extension().and_then(|e| e.to_str()).unwrap_or("");
         Format::parse(ext).map_err(|_| {
-            Error::Config(format!(
+            Error::Input(format!(
                 "{}: cannot tell the format from the name; say --format csv|jsonl|parquet",
                 path.display()
             ))
@@ -166,7 +166,7 @@ fn names_of(m: &Mapping) -> [Option<String>; 4] {
 }
 
 fn missing_column(path: &Path, want: &str, have: &[String]) -> Error {
-    Error::Config(format!(
+    Error::Input(format!(
         "{}: no column {want:?} (it has: {}); map yours with --item-column, --user-column, \
          --liked-column (or --all-liked) and --time-column",
         path.display(),
@@ -193,13 +193,13 @@ impl Source {
                 Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(counted)),
                 Compression::Zstd => Box::new(
                     zstd::stream::read::Decoder::new(counted)
-                        .map_err(|e| Error::Config(format!("{}: not zstd: {e}", path.display())))?,
+                        .map_err(|e| Error::Input(format!("{}: not zstd: {e}", path.display())))?,
                 ),
             })
         };
         let (inner, rows) = match format {
             Format::Parquet if compression != Compression::None => {
-                return Err(Error::Config(format!(
+                return Err(Error::Input(format!(
                     "{}: a Parquet file compresses its own pages; decompress the file first",
                     path.display()
                 )))
@@ -211,9 +211,7 @@ impl Source {
                     .from_reader(text()?);
                 let header: Vec<String> = reader
                     .headers()
-                    .map_err(|e| {
-                        Error::Config(format!("{}: its header line: {e}", path.display()))
-                    })?
+                    .map_err(|e| Error::Input(format!("{}: its header line: {e}", path.display())))?
                     .iter()
                     .map(str::to_string)
                     .collect();
@@ -242,7 +240,7 @@ impl Source {
                 use parquet::file::reader::FileReader;
                 let reader = parquet::file::serialized_reader::SerializedFileReader::new(file)
                     .map_err(|e| {
-                        Error::Config(format!("{}: not a Parquet file: {e}", path.display()))
+                        Error::Input(format!("{}: not a Parquet file: {e}", path.display()))
                     })?;
                 let meta = reader.metadata().file_metadata();
                 let rows = meta.num_rows().max(0) as u64;
@@ -256,7 +254,7 @@ impl Source {
                         .find(|f| f.name() == n)
                         .ok_or_else(|| missing_column(path, n, &have))?;
                     if !f.is_primitive() {
-                        return Err(Error::Config(format!(
+                        return Err(Error::Input(format!(
                             "{}: column {n:?} is nested; the import reads flat columns",
                             path.display()
                         )));
@@ -271,10 +269,10 @@ impl Source {
                 let proj = parquet::schema::types::Type::group_type_builder(meta.schema().name())
                     .with_fields(picked)
                     .build()
-                    .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+                    .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
                 let iter = parquet::record::reader::RowIter::from_file_into(Box::new(reader))
                     .project(Some(proj))
-                    .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+                    .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
                 (Inner::Parquet { rows: iter, names }, Some(rows))
             }
         };
@@ -307,7 +305,7 @@ impl Source {
                     Ok(true) => csv_row(seq, &rec, cols),
                     // A row the parser refuses is the row's fault; an I/O error is the file's.
                     Err(e) if matches!(e.kind(), csv::ErrorKind::Io(_)) => {
-                        return Some(Err(Error::Config(format!("reading the file: {e}"))))
+                        return Some(Err(Error::Input(format!("reading the file: {e}"))))
                     }
                     Err(e) => RawRow {
                         seq,
@@ -325,7 +323,7 @@ impl Source {
                 match reader.read_until(b'\n', line) {
                     Ok(0) => return None,
                     Ok(_) => {}
-                    Err(e) => return Some(Err(Error::Config(format!("reading the file: {e}")))),
+                    Err(e) => return Some(Err(Error::Input(format!("reading the file: {e}")))),
                 }
                 // Blank lines are not rows.
                 if line.iter().all(u8::is_ascii_whitespace) {
@@ -336,7 +334,7 @@ impl Source {
             Inner::Parquet { rows, names } => match rows.next()? {
                 Ok(r) => parquet_row(seq, &r, names),
                 Err(e) => {
-                    return Some(Err(Error::Config(format!(
+                    return Some(Err(Error::Input(format!(
                         "reading the Parquet file at row {seq}: {e}"
                     ))))
                 }

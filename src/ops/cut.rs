@@ -34,6 +34,7 @@ use crate::kafka::offsets::{self, Extent};
 use crate::records::{decode_deltas, DeltaInput};
 use crate::region::{Route, Routes};
 use crate::runtime::clock::now_ms;
+use crate::runtime::supervise::Backoff;
 use crate::store::counts::CounterRow;
 use crate::store::edge_history::{EdgeHistories, EdgeHistory};
 use crate::store::outbox::{outbox_minute, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
@@ -127,14 +128,14 @@ pub async fn retry_transient<T>(
     deadline: Instant,
     mut f: impl FnMut() -> Result<T>,
 ) -> Result<T> {
-    let mut wait = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         match f() {
             Ok(v) => return Ok(v),
-            Err(e) if e.is_retryable() && Instant::now() + wait < deadline => {
+            Err(e) if e.is_retryable() && Instant::now() + backoff.peek() < deadline => {
+                let wait = backoff.wait();
                 tracing::warn!(error = %e, retry_in = ?wait, "{what}: transient error; retrying");
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(5));
             }
             Err(e) => return Err(e),
         }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Settings;
 use crate::error::Result;
+use crate::runtime::supervise::Backoff;
 use crate::topology::Topology;
 
 /// What every command runs with: the effective settings and topology (runtime::Boot).
@@ -66,15 +67,15 @@ where
     Fut: Future<Output = Result<T>>,
 {
     let started = Instant::now();
-    let mut wait = Duration::from_secs(1);
+    let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
     loop {
         match run().await {
             Ok(v) => return Ok(v),
-            Err(e) if e.is_retryable() && started.elapsed() + wait < deadline => {
+            Err(e) if e.is_retryable() && started.elapsed() + backoff.peek() < deadline => {
+                let wait = backoff.wait();
                 tracing::warn!(error = %e, retry_in = ?wait,
                     "{job}: a dependency failed the job; running it again (safe: what it wrote is fenced)");
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(30));
             }
             Err(e) if e.is_retryable() => {
                 return Err(crate::error::Error::Timeout(

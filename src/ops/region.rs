@@ -290,7 +290,7 @@ pub async fn r#move(
     }
     let rows = ranges.all().await.map_err(unreachable)?;
     if rows.is_empty() {
-        return Err(Error::Config(
+        return Err(Error::Precondition(
             "no range table yet: `likes region init --home <region>` first".into(),
         ));
     }
@@ -301,7 +301,7 @@ pub async fn r#move(
     known.extend(settings.region.name.as_deref());
     known.extend(settings.region.peers.keys().map(String::as_str));
     if !known.contains(to) {
-        return Err(Error::Config(format!(
+        return Err(Error::Input(format!(
             "no region named {to:?}: the regions known here are {known:?} (the ranges' homes, \
              region.name and region.peers); run the move with the new region's configuration"
         )));
@@ -321,7 +321,7 @@ pub async fn r#move(
             .collect(),
     };
     if let Some(bad) = targets.iter().find(|&&r| r < 0 || r as usize >= rows.len()) {
-        return Err(Error::Config(format!(
+        return Err(Error::Input(format!(
             "no range {bad}: the table holds 0..{}",
             rows.len()
         )));
@@ -455,7 +455,7 @@ enum Bumped {
 /// One range's bump, or where a killed run of the same move left it.
 async fn bump_one(ranges: &Ranges, range: i32, to: &str) -> Result<Bumped> {
     let Some(row) = ranges.one(range).await.map_err(unreachable)? else {
-        return Err(Error::Config(format!("no range {range}")));
+        return Err(Error::Input(format!("no range {range}")));
     };
     if row.home == to {
         return match row.moving_from {

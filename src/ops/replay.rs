@@ -63,7 +63,7 @@ pub fn run(
     } else if group == count {
         (settings.topic(&topology.topics.deltas.name), true)
     } else {
-        return Err(Error::Config(format!(
+        return Err(Error::Input(format!(
             "unknown group {group:?}: the stage groups are {dedupe:?} and {count:?}"
         )));
     };

@@ -12,33 +12,48 @@ use std::time::{Duration, Instant};
 
 use crate::error::Result;
 
-/// Exponential backoff between incarnations: 1 s doubling to 10 s (a dependency back must
-/// not wait long for its stage), back to 1 s once an
-/// incarnation has made progress.
+/// The one retry policy of the crate: exponential backoff from `first`, doubling to `max`,
+/// back to `first` on [`Backoff::reset`]. What is retried is decided by the error
+/// ([`crate::error::Error::is_retryable`], [`crate::error::Error::ends_process`]); how long
+/// to wait, here. The default is a stage's between incarnations: 1 s doubling to 10 s (a
+/// dependency back must not wait long for its stage), reset once an incarnation made
+/// progress. The jobs retry whole runs on 1 s to 30 s (ops::retrying), the cut's reads on
+/// 200 ms to 5 s (ops::cut::retry_transient).
 pub struct Backoff {
+    first: Duration,
+    max: Duration,
     next: Duration,
 }
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self {
-            next: Duration::from_secs(1),
-        }
+        Self::new(Duration::from_secs(1), Duration::from_secs(10))
     }
 }
 
 impl Backoff {
-    pub const MAX: Duration = Duration::from_secs(10);
+    pub fn new(first: Duration, max: Duration) -> Self {
+        Self {
+            first,
+            max,
+            next: first,
+        }
+    }
 
-    /// The wait before the next incarnation; doubles the one after.
+    /// The wait before the next try; doubles the one after.
     pub fn wait(&mut self) -> Duration {
         let d = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
+        self.next = (self.next * 2).min(self.max);
         d
     }
 
+    /// The wait the next [`Backoff::wait`] returns.
+    pub fn peek(&self) -> Duration {
+        self.next
+    }
+
     pub fn reset(&mut self) {
-        *self = Self::default();
+        self.next = self.first;
     }
 
     /// What follows an incarnation of `stage` that ended with `result`: `Ok(None)` to stop
@@ -125,6 +140,9 @@ mod tests {
         assert_eq!(waits, vec![1, 2, 4, 8, 10, 10, 10]);
         b.reset();
         assert_eq!(b.wait(), Duration::from_secs(1));
+        let mut job = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        let waits: Vec<u128> = (0..7).map(|_| job.wait().as_millis()).collect();
+        assert_eq!(waits, vec![200, 400, 800, 1600, 3200, 5000, 5000]);
     }
 
     #[test]
