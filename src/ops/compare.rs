@@ -224,14 +224,14 @@ pub async fn command(args: Args, ctx: &super::Ctx) -> Result<super::Done> {
         run(&p, counts.clone(), args.show).await
     })
     .await?;
-    args.gauges
-        .publish("likes_compare", &report.gauges())
-        .await?;
+    let published = args.gauges.publish("likes_compare", &report.gauges()).await;
     let differ = report.differ.len();
-    Ok(super::Done::report(report).failing_if(
-        args.fail_on_diff && differ > 0,
-        format!("{differ} items differ from the old counter"),
-    ))
+    Ok(super::Done::report(report)
+        .failing_on(published)
+        .failing_if(
+            args.fail_on_diff && differ > 0,
+            format!("{differ} items differ from the old counter"),
+        ))
 }
 
 #[cfg(test)]

@@ -252,6 +252,6 @@ pub async fn command(args: Args, ctx: &Ctx) -> Result<Done> {
         run(&p, &scope).await
     })
     .await?;
-    args.gauges.publish("likes_drift", &report.gauges()).await?;
-    Ok(Done::report(report))
+    let published = args.gauges.publish("likes_drift", &report.gauges()).await;
+    Ok(Done::report(report).failing_on(published))
 }

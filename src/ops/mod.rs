@@ -48,12 +48,29 @@ impl Done {
         }
     }
 
+    /// The run fails with `e` (after its report is printed) when `after` failed: the gauges
+    /// left after the work, whose report must not be lost to a Pushgateway's refusal.
+    pub fn failing_on(mut self, after: Result<()>) -> Self {
+        if let Err(e) = after {
+            self.fail(e.to_string());
+        }
+        self
+    }
+
     /// The run fails with `why` (after its report is printed) when `failed`.
     pub fn failing_if(mut self, failed: bool, why: impl Into<String>) -> Self {
         if failed {
-            self.failure = Some(why.into());
+            self.fail(why.into());
         }
         self
+    }
+
+    /// Several reasons are all said, in order.
+    fn fail(&mut self, why: String) {
+        self.failure = Some(match self.failure.take() {
+            Some(before) => format!("{before}; {why}"),
+            None => why,
+        });
     }
 }
 
@@ -89,5 +106,26 @@ where
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Done;
+    use crate::error::Error;
+
+    /// A Pushgateway's refusal fails the run but keeps the report, and a second reason is
+    /// said too, not lost.
+    #[test]
+    fn a_failure_after_the_work_keeps_the_report_and_every_reason() {
+        let d = Done::report("3 items compared")
+            .failing_on(Err(Error::Unavailable("the Pushgateway answered 500".into())))
+            .failing_if(true, "2 items differ");
+        assert_eq!(d.report, "3 items compared");
+        assert_eq!(
+            d.failure.as_deref(),
+            Some("unavailable: the Pushgateway answered 500; 2 items differ")
+        );
+        assert!(Done::report("ok").failing_on(Ok(())).failure.is_none());
     }
 }

@@ -45,10 +45,12 @@ pub async fn command(args: Args, ctx: &crate::ops::Ctx) -> Result<crate::ops::Do
             crate::ops::dead_letters::recount(&connect().await?, args.dry_run, &args.reason).await
         })
         .await?;
-        if !args.dry_run {
-            args.gauges.publish("likes_recount", &run.gauges()).await?;
-        }
-        return Ok(crate::ops::Done::report(run));
+        let published = if args.dry_run {
+            Ok(())
+        } else {
+            args.gauges.publish("likes_recount", &run.gauges()).await
+        };
+        return Ok(crate::ops::Done::report(run).failing_on(published));
     }
     if args.gauges.metrics_file.is_some() || args.gauges.push.is_some() {
         return Err(crate::error::Error::Input(
