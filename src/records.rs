@@ -1,5 +1,5 @@
-//! One definition per record the pipeline carries between processes: how it is built, keyed
-//! and read. The API, stage 1, the tools and the tests all build a LikeEvent here, so its key
+//! One definition per record of likes.events and likes.deltas: how it is built, keyed and
+//! read (the dead letter is kafka/dlq.rs's). The API, stage 1, the tools and the tests all build a LikeEvent here, so its key
 //! and its bucket (from the topology's bucket count, never a literal) cannot drift apart.
 
 use prost::Message as _;

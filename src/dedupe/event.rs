@@ -1,4 +1,4 @@
-//! Decoding and validating one `likes.events` record. Anything that fails here goes to the
+//! Validating one `likes.events` record (decoded by `records::decode_event`). Anything that fails here goes to the
 //! dead-letter topic with the reason; it never stops the stage and never vanishes.
 
 use super::rule::Flip;

@@ -189,7 +189,7 @@ fn restore_from_changelog(
         let done = high <= low || merged;
         if !done {
             let start = match from {
-                Some(r) if r.next > low => offsets::Start::At(r.next),
+                Some(r) if r.next > low => offsets::Start::Offset(r.next),
                 _ => offsets::Start::Beginning,
             };
             info!(

@@ -1,6 +1,6 @@
 //! Edge files in Parquet, as a warehouse would export them (item_id, user_id, liked,
-//! liked_at as TIMESTAMP(MILLIS), snappy): for the tests and the benchmark's generator, which
-//! must hand `likes import` the format teams use, not only CSV.
+//! liked_at as TIMESTAMP(MILLIS), snappy): for source.rs's unit test, which must hand the reader
+//! the format teams use, not only CSV. Compiled for tests only.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -22,10 +22,11 @@ pub struct Extent {
     pub high: i64,
 }
 
-/// Where a consumer starts reading a partition.
+/// Where a consumer starts reading a partition. Its Debug is in stage 1's restore log line
+/// (`start=Offset(453)` / `start=Beginning`), which operators and a test read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
-    At(i64),
+    Offset(i64),
     /// The first retained record.
     Beginning,
 }
@@ -116,7 +117,7 @@ pub fn assign<C: ConsumerContext>(
     let mut tpl = TopicPartitionList::new();
     for &(p, s) in starts {
         let o = match s {
-            Start::At(o) => Offset::Offset(o),
+            Start::Offset(o) => Offset::Offset(o),
             Start::Beginning => Offset::Beginning,
         };
         tpl.add_partition_offset(topic, p, o)?;
@@ -173,7 +174,7 @@ pub fn read_range<C: ConsumerContext>(
     if from >= high {
         return Ok(from);
     }
-    assign(c, topic, &[(p, Start::At(from))])?;
+    assign(c, topic, &[(p, Start::Offset(from))])?;
     let deadline = Instant::now() + timeout * 4;
     let mut next = from;
     loop {

@@ -1,4 +1,4 @@
-//! The one home of a job's gauges (docs/operations.md, "Alerts on the jobs"): a CronJob run
+//! The one home of a job's gauges (docs/operations.md, "Alerts: what to do"): a CronJob run
 //! of `drift`, `reconcile --dead-letters` or `compare` leaves them for Prometheus, as a
 //! textfile for node_exporter's collector or on a Pushgateway. One renderer, so every job's
 //! gauges have the same exposition; one writer and one pusher, so the flags mean the same.

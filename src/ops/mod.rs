@@ -119,7 +119,9 @@ mod tests {
     #[test]
     fn a_failure_after_the_work_keeps_the_report_and_every_reason() {
         let d = Done::report("3 items compared")
-            .failing_on(Err(Error::Unavailable("the Pushgateway answered 500".into())))
+            .failing_on(Err(Error::Unavailable(
+                "the Pushgateway answered 500".into(),
+            )))
             .failing_if(true, "2 items differ");
         assert_eq!(d.report, "3 items compared");
         assert_eq!(

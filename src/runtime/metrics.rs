@@ -1,4 +1,6 @@
-//! Every metric `likes` exports, named in one place so `/metrics` is documented here.
+//! The metrics `likes` exports, most named here so `/metrics` is documented in one place (the
+//! API's forward, refusal and outbox-clear counters and the region gauges are named where
+//! they count; a job's gauges are ops/gauges.rs's).
 //! Exported in Prometheus text format when `metrics.listen` is set.
 
 use std::net::SocketAddr;

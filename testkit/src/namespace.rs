@@ -35,24 +35,31 @@ pub async fn create(
 
 /// Drops the keyspace and deletes the topics of `settings`: a namespace a benchmark or a
 /// chaos run created for itself. The product has no such command: deleting a deployment's
-/// data is never one command away.
+/// data is never one command away. The topics go even when the keyspace's drop failed (a
+/// slow schema change); the first error is returned.
 pub async fn drop(session: &Session, settings: &Settings, topology: &Topology) -> Result<()> {
-    session
+    let keyspace = session
         .query_unpaged(
             format!("DROP KEYSPACE IF EXISTS {}", settings.cql.keyspace),
             (),
         )
-        .await?;
+        .await;
     let names: Vec<String> = topology
         .topics()
         .iter()
         .map(|(_, t)| settings.topic(&t.name))
         .collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    likes::kafka::admin(&settings.kafka)?
-        .delete_topics(&refs, &rdkafka::admin::AdminOptions::new())
-        .await?;
-    Ok(())
+    let topics = match likes::kafka::admin(&settings.kafka) {
+        Ok(admin) => admin
+            .delete_topics(&refs, &rdkafka::admin::AdminOptions::new())
+            .await
+            .map(|_| ())
+            .map_err(anyhow::Error::from),
+        Err(e) => Err(e.into()),
+    };
+    keyspace?;
+    topics
 }
 
 /// Writes `topology` to `<dir>/topology.toml`, for the stages a tool starts to run exactly

@@ -270,20 +270,7 @@ pub fn settings(base: &str) -> Settings {
 pub async fn teardown(settings: &Settings, topology: &Topology) {
     let session = cql::connect(&settings.cql).await.unwrap();
     // Cleanup only: a slow schema change or topic deletion must not fail a test that passed.
-    let ks = &settings.cql.keyspace;
-    let _ = session
-        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {ks}"), ())
-        .await;
-    let topics: Vec<String> = topology
-        .topics()
-        .iter()
-        .map(|(_, t)| settings.topic(&t.name))
-        .collect();
-    let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
-    if let Ok(admin) = kafka::admin(&settings.kafka) {
-        let options = rdkafka::admin::AdminOptions::new();
-        let _ = admin.delete_topics(&topics, &options).await;
-    }
+    let _ = likes_testkit::namespace::drop(&session, settings, topology).await;
     let _ = std::fs::remove_dir_all(&settings.dedupe.state_dir);
 }
 
