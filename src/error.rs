@@ -142,7 +142,8 @@ boxed_from!(
 /// Who acts on an error: see [`Error::domain`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Domain {
-    /// The person who ran the command: configuration, input, a precondition, a race.
+    /// The person who ran the command: configuration, input, a precondition, a race, the
+    /// host's ports and files (a port taken, a folder not writable).
     User,
     /// A dependency (Kafka, CQL, a Pushgateway): processes retry; jobs retry, then say so.
     External,
@@ -205,7 +206,8 @@ impl Error {
             | Error::Refused(_)
             | Error::Raced(_)
             | Error::Topology(_)
-            | Error::Schema(_) => Domain::User,
+            | Error::Schema(_)
+            | Error::Io { .. } => Domain::User,
             Error::Kafka(_)
             | Error::Topic { .. }
             | Error::CqlConnect(_)

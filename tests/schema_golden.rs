@@ -16,7 +16,7 @@ mod released {
     include!(concat!(env!("OUT_DIR"), "/released/likes.v1.rs"));
 }
 
-/// Found at run time: the build cache is shared by checkouts (support/src/repo.rs).
+/// Found at run time: the build cache is shared by checkouts (testkit/src/repo.rs).
 fn golden_dir() -> std::path::PathBuf {
     likes_testkit::repo::root().join("tests/golden/v1.0.0")
 }

@@ -27,7 +27,7 @@ pub struct Outputs {
     #[arg(long)]
     pub metrics_file: Option<PathBuf>,
     /// PUT the gauges to this Prometheus Pushgateway (http://host:port).
-    #[arg(long)]
+    #[arg(long, value_parser = gateway_arg)]
     pub push: Option<String>,
 }
 
@@ -53,15 +53,31 @@ pub fn write_file(path: &std::path::Path, text: &str) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(Error::io(format!("renaming to {}", path.display())))
 }
 
+/// The `--push` flag's check, so a wrong gateway is refused before the job's work.
+pub(crate) fn gateway_arg(gateway: &str) -> std::result::Result<String, String> {
+    gateway_base(gateway)
+        .map(|_| gateway.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// The gateway without its trailing `/`. Plain HTTP only: the product's HTTP client carries
+/// no trust roots (it talks TLS only to its peer regions, with their configured CA), so an
+/// https:// gateway would fail every push at its certificate.
+fn gateway_base(gateway: &str) -> Result<&str> {
+    let base = gateway.trim_end_matches('/');
+    if !base.starts_with("http://") {
+        return Err(Error::Input(format!(
+            "--push {gateway:?}: give the Pushgateway as http://host:port (plain HTTP: an \
+             in-cluster gateway; or --metrics-file for a textfile collector)"
+        )));
+    }
+    Ok(base)
+}
+
 /// PUTs the gauges to a Prometheus Pushgateway (`http://host:port`) as `job`: a PUT replaces
 /// the job's whole group, so a gauge a run no longer sets does not linger.
 pub async fn push(gateway: &str, job: &str, text: String) -> Result<()> {
-    let base = gateway.trim_end_matches('/');
-    if !base.starts_with("http://") && !base.starts_with("https://") {
-        return Err(Error::Input(format!(
-            "--push {gateway:?}: give the Pushgateway as http://host:port"
-        )));
-    }
+    let base = gateway_base(gateway)?;
     let url = format!("{base}/metrics/job/{job}");
     let answer = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(30))
@@ -95,11 +111,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_gateway_without_a_scheme_is_bad_input() {
-        let e = super::push("pushgateway:9091", "likes_drift", String::new())
-            .await
-            .unwrap_err();
-        assert!(e.to_string().contains("http://host:port"), "{e}");
+    async fn a_gateway_without_a_scheme_or_over_https_is_bad_input() {
+        for gateway in ["pushgateway:9091", "https://pushgateway:9091"] {
+            let e = super::push(gateway, "likes_drift", String::new())
+                .await
+                .unwrap_err();
+            assert!(matches!(e, crate::error::Error::Input(_)), "{e}");
+            assert!(e.to_string().contains("http://host:port"), "{e}");
+        }
     }
 
     /// The PUT a Pushgateway gets: the job's path, the exposition as the body; a refusal is

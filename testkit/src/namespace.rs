@@ -26,9 +26,13 @@ pub async fn create(
         settings: settings.clone(),
         topology: topology.clone(),
     };
-    let (_, said) = cmd::migrate::migrate_and_record(&session, &ctx, accept_window_change)
-        .await
-        .context("a keyspace from an older version? `make stack-reset` wipes the stack")?;
+    let (_, said) =
+        match cmd::migrate::migrate_and_record(&session, &ctx, accept_window_change).await {
+            Ok(done) => done,
+            Err(e @ likes::error::Error::Schema(_)) => Err(e)
+                .context("a keyspace from an older version? `make stack-reset` wipes the stack")?,
+            Err(e) => Err(e)?,
+        };
     cmd::topics::run(settings, topology).await?;
     Ok((session, said))
 }

@@ -161,7 +161,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 what: BenchCommand::Overload(args),
             } => {
                 let report = bench::overload::run(&settings, &topology, &args).await?;
-                bench::plot_overload(&report, &args.out);
+                bench::plot_overload(&report);
                 out(&report.to_string());
             }
             Command::Bench {

@@ -32,10 +32,10 @@ pub mod stats;
 pub mod sweep;
 pub mod topology;
 
-/// `likes-tools bench overload`'s plot, `overload.png` in `out` (a missing plot is a warning:
-/// the figures are in the JSON beside it).
-pub fn plot_overload(report: &overload::OverloadReport, out: &std::path::Path) {
-    let plot = out.join("overload.png");
+/// `likes-tools bench overload`'s plot, `overload-<stamp>.png` beside the run's JSON (a
+/// missing plot is a warning: the figures are in the JSON).
+pub fn plot_overload(report: &overload::OverloadReport) {
+    let plot = report.written.with_extension("png");
     match plots::overload_plot(&plot, report) {
         Ok(()) => eprintln!("bench overload: plot written to {}", plot.display()),
         Err(e) => eprintln!("bench overload: no plot: {e:#}"),

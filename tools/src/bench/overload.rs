@@ -97,6 +97,9 @@ pub struct Round {
 pub struct OverloadReport {
     pub seconds: u64,
     pub rounds: Vec<Round>,
+    /// The JSON file the run wrote (its plot goes beside it).
+    #[serde(skip)]
+    pub written: std::path::PathBuf,
 }
 
 pub async fn run(
@@ -223,6 +226,7 @@ pub async fn run(
     let path = args.out.join(format!("overload-{stamp}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     eprintln!("bench overload: report written to {}", path.display());
+    report.written = path;
     // The plot is the caller's (bench/mod.rs `plot_overload`): a run returns its results and
     // only the report renders them.
     Ok(report)

@@ -6,19 +6,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use prost::Message as _;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 use scylla::client::session::Session;
 use serde::Serialize;
 
 use crate::loadgen::EdgeSeen;
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use likes::config::Settings;
-use likes::kafka::{self, LogContext};
+use likes::kafka::{self, offsets, LogContext};
 use likes::schema::v1::{delta_record::Record, DeltaRecord};
 use likes::topology::Topology;
 use likes_testkit::namespace::edges_and_counts;
@@ -198,7 +196,7 @@ fn committed_deltas(settings: &Settings, topology: &Topology) -> Result<Sums> {
     let mut sums = BTreeMap::new();
     let mut stage1 = BTreeMap::new();
     let mut corrected = std::collections::BTreeSet::new();
-    read_to_end(settings, &topic, topology.topics.deltas.partitions, |m| {
+    read_to_end(settings, &topic, |m| {
         let Some(v) = m.payload() else { return };
         match DeltaRecord::decode(v).ok().and_then(|r| r.record) {
             Some(Record::Delta(d)) => {
@@ -225,7 +223,7 @@ fn recount_queue_items(
     let topic = settings.topic(&topology.topics.dlq.name);
     let deltas = settings.topic(&topology.topics.deltas.name);
     let mut items = std::collections::BTreeSet::new();
-    read_to_end(settings, &topic, topology.topics.dlq.partitions, |m| {
+    read_to_end(settings, &topic, |m| {
         use rdkafka::message::Headers;
         let from_deltas = m.headers().is_some_and(|h| {
             h.iter()
@@ -240,12 +238,11 @@ fn recount_queue_items(
     Ok(items)
 }
 
-/// Reads every committed record of `topic`'s `partitions` up to the ends they had when the
-/// read began.
+/// Reads every committed record of `topic` up to the ends it had when the read began (the
+/// product's bounded range read: transaction markers and a broker's restart included).
 fn read_to_end(
     settings: &Settings,
     topic: &str,
-    partitions: i32,
     mut each: impl FnMut(&rdkafka::message::BorrowedMessage<'_>),
 ) -> Result<()> {
     let timeout = settings.kafka.request_timeout;
@@ -254,31 +251,11 @@ fn read_to_end(
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .create_with_context(LogContext)?;
-    let mut tpl = TopicPartitionList::new();
-    let mut ends = HashMap::new();
-    for p in 0..partitions {
-        let (_, high) = consumer.fetch_watermarks(topic, p, timeout)?;
-        ends.insert(p, high);
-        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    for e in offsets::extents(&consumer, topic, timeout)? {
+        offsets::read_range(&consumer, topic, e.partition, e.low, e.high, timeout, |m| {
+            each(m);
+            Ok(true)
+        })?;
     }
-    consumer.assign(&tpl)?;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let position = consumer.position()?;
-        let done = position.elements().iter().all(|e| match e.offset() {
-            Offset::Offset(o) => o >= ends.get(&e.partition()).copied().unwrap_or(0),
-            _ => ends.get(&e.partition()).copied().unwrap_or(0) == 0,
-        });
-        if done {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(anyhow!("reading {topic} to its end: timed out after 120 s"));
-        }
-        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let Ok(m) = m else { continue };
-        each(&m);
-    }
+    Ok(())
 }
