@@ -11,6 +11,8 @@
 //!   recorded topology, the topics), and dropped.
 //! - [`procs`]: the product's processes as children (`likes api`, the stages, a job): found,
 //!   started with their log and pid file, stopped.
+//! - [`topics`]: a topic's partitions as the metadata lists them, waited for (a topic just
+//!   created is not listed at once).
 //! - [`truth`]: what the counts must converge to, read from the edges.
 //! - [`repo`]: the checkout's root, found at run time (the build cache is shared).
 
@@ -19,4 +21,5 @@ pub mod namespace;
 pub mod procs;
 pub mod repo;
 pub mod stack;
+pub mod topics;
 pub mod truth;

@@ -135,26 +135,29 @@ pub fn all_like_events(settings: &likes::config::Settings, topic: &str) -> Vec<L
         .create()
         .unwrap();
     let t = Duration::from_secs(10);
-    let meta = c.fetch_metadata(Some(topic), t).unwrap();
+    // Waited for (issue 60): a topic not yet listed would read as holding no event.
+    let partitions =
+        likes_testkit::topics::partitions(&c, topic, likes_testkit::topics::METADATA_BOUND)
+            .unwrap_or_else(|e| panic!("{e}"));
     let mut todo = std::collections::BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
-    for p in meta.topics()[0].partitions() {
+    for id in partitions {
         // A partition whose leader is still being elected (a topic just made, a loaded
         // broker) answers NotLeaderForPartition for a moment: asked again, not failed.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let (low, high) = loop {
-            match c.fetch_watermarks(topic, p.id(), t) {
+            match c.fetch_watermarks(topic, id, t) {
                 Ok(w) => break w,
                 Err(e) if std::time::Instant::now() < deadline => {
-                    eprintln!("{topic} partition {}: {e}; asking again", p.id());
+                    eprintln!("{topic} partition {}: {e}; asking again", id);
                     std::thread::sleep(Duration::from_millis(200));
                 }
-                Err(e) => panic!("{topic} partition {}: {e}", p.id()),
+                Err(e) => panic!("{topic} partition {}: {e}", id),
             }
         };
         if high > low {
-            todo.insert(p.id(), high);
-            tpl.add_partition_offset(topic, p.id(), Offset::Offset(low))
+            todo.insert(id, high);
+            tpl.add_partition_offset(topic, id, Offset::Offset(low))
                 .unwrap();
         }
     }

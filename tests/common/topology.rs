@@ -309,12 +309,11 @@ fn positions(settings: &Settings, group: &str, topic: &str) -> Vec<(i32, Option<
     config.set("group.id", group);
     let c: BaseConsumer = config.create().unwrap();
     let t = Duration::from_secs(10);
-    let meta = c.fetch_metadata(Some(topic), t).unwrap();
-    let partitions: Vec<i32> = meta.topics()[0]
-        .partitions()
-        .iter()
-        .map(|p| p.id())
-        .collect();
+    // Waited for, not read once: a topic just created may not be listed yet (issue 60), and
+    // an empty list would read as "nothing to wait for".
+    let partitions =
+        likes_testkit::topics::partitions(&c, topic, likes_testkit::topics::METADATA_BOUND)
+            .unwrap_or_else(|e| panic!("{e}"));
     let committed = kafka::group::committed(&c, topic, &partitions, t).unwrap();
     committed
         .iter()

@@ -277,13 +277,15 @@ fn read_output(settings: &Settings, topic: &str) -> Result<(BTreeMap<String, i64
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .create()?;
-    let md = c.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let partitions =
+        likes_testkit::topics::partitions(&c, topic, likes_testkit::topics::METADATA_BOUND)
+            .map_err(anyhow::Error::msg)?;
     let mut tpl = TopicPartitionList::new();
     let mut ends = HashMap::new();
-    for p in md.topics()[0].partitions() {
-        tpl.add_partition_offset(topic, p.id(), Offset::Beginning)?;
-        let (_, high) = c.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
-        ends.insert(p.id(), high);
+    for p in partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+        let (_, high) = c.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+        ends.insert(p, high);
     }
     c.assign(&tpl)?;
     let mut windows: HashMap<(String, i64), i64> = HashMap::new();
