@@ -390,8 +390,10 @@ impl Settings {
         if self.api.write_deadline.is_zero() {
             return bad("api.write_deadline must be above zero".into());
         }
-        // A request abandoned at its deadline may still have a CAS in flight for one CQL
-        // timeout; the relay must not read the edge before that has landed or died.
+        // A request abandoned at its deadline sends no CAS after it; the relay must not take
+        // the entry of a request that may still send one. (One already sent may land any
+        // time later: the relay fences the row before it drops the entry, docs/exactness.md,
+        // "The row fence"; this margin only keeps fences off requests still at work.)
         // Two hosts each within cql.max_clock_skew of the database may be twice that apart:
         // the writer that stamped an entry behind, the relay that judges its age ahead.
         let in_flight =

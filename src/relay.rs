@@ -5,15 +5,22 @@
 //! may still hold one, so a pass reads a few minutes, not the tombstones of every drained
 //! entry since the start. Every entry older than `min_age` names an edge; `min_age` exceeds a
 //! write's deadline plus one CQL timeout (checked at start), so the request that wrote the
-//! entry has finished, and any flip it sent has landed or never will.
+//! entry has given up, and every compare-and-set it sent was aimed by a read made before.
+//! That does not bound when such a statement lands: a statement stalled on the wire, a
+//! paused coordinator or a proposal one replica accepted can apply long after (issue 56).
 //!
 //! The relay publishes that edge's current (op_id, state) only if the edge changed at or after
 //! the entry was written (`updated_at >= created_at`: the entry's request, or a later one,
-//! flipped it), then deletes exactly the entries it read. An edge older than its entries was
-//! changed by no request of theirs (a no-op, or a flip whose CAS failed): publishing it would
-//! re-send a version from the past, which stage 1 may no longer remember, so those entries
-//! are only deleted. An entry written meanwhile stays for the next pass. Publishing an edge
-//! whose event is already on the log is harmless: stage 1 drops it by op_id.
+//! flipped it), then deletes exactly the entries it read. An edge older than its entries, or
+//! no edge at all, was changed by no request of theirs so far (a no-op, a flip whose CAS
+//! failed, or one still to land): publishing it would re-send a version from the past, which
+//! stage 1 may no longer remember. Those entries are deleted only after the row is fenced
+//! (`Edges::fence`, docs/exactness.md, "The row fence"): a conditional write that makes the
+//! row or moves its fence stamp, which every request's compare-and-set names as it read it,
+//! so none aimed before the fence can apply after it, whenever it lands. A fence that finds
+//! the row changed since the read leaves the entries for the next pass, which publishes. An
+//! entry written meanwhile stays for the next pass. Publishing an edge whose event is
+//! already on the log is harmless: stage 1 drops it by op_id.
 //!
 //! Many relays run at once (one per API pod by default): each drains only the shards whose
 //! lease it holds (`store/outbox_lease.rs`), so an outage's backlog is published about once,
@@ -278,18 +285,34 @@ async fn drain_page(
             }
         };
         let bucket = hash::bucket_of(&user, relay.buckets) as i32;
-        if let Some(edge) = relay.edges.read(&item, bucket, &user).await? {
-            if edge.op_id > 0 && edge.updated_at_ms < written {
-                done.stale += 1;
-                // User ids at debug only: an operator needs the counts, not who (issue 44).
-                tracing::debug!(%item, %user, op_id = edge.op_id, "relay: the entries' requests changed nothing; deleting them unpublished");
-            } else if edge.op_id > 0 {
+        let row = relay.edges.read_row(&item, bucket, &user).await?;
+        match row.as_ref().map(|r| r.edge) {
+            Some(edge) if edge.op_id > 0 && edge.updated_at_ms >= written => {
                 relay
                     .events
                     .publish(&item, &user, &edge, Source::Relay, home)
                     .await?;
                 done.published += 1;
                 tracing::debug!(%item, %user, op_id = edge.op_id, "relay published a pending event");
+            }
+            // No row, or a row no request of these entries changed: true now, but a
+            // statement of theirs may still land (stalled on the wire, a paused coordinator,
+            // a proposal one replica accepted). The row is fenced first, so none of them can
+            // apply after; if the row changed since the read, it is read again next pass.
+            _ => {
+                if !relay
+                    .edges
+                    .fence(&item, bucket, &user, row.as_ref())
+                    .await?
+                {
+                    metrics::counter!(m::RELAY_FENCES, "outcome" => "raced").increment(1);
+                    young += entries.len();
+                    continue;
+                }
+                metrics::counter!(m::RELAY_FENCES, "outcome" => "fenced").increment(1);
+                done.stale += 1;
+                // User ids at debug only: an operator needs the counts, not who (issue 44).
+                tracing::debug!(%item, %user, "relay: the entries' requests changed nothing; row fenced, deleting them unpublished");
             }
         }
         clear.extend(entries.into_iter().map(|entry| Named {

@@ -281,3 +281,145 @@ async fn a_raised_horizon_takes_what_the_old_one_forgot_as_counted() {
     run.stop().await;
     fx::teardown(&settings, &topology).await;
 }
+
+/// Issue 56, the row fence: a compare-and-set that lands after the relay gave up on its
+/// outbox entry. The request's statement is held on its way (fail point `api-cas-in-flight`:
+/// a statement stalled on the wire, a paused coordinator), the request answers 503 at its
+/// deadline, the relay finds no flip of the entry's request and drops the entry, and only
+/// then does the statement land. Before the fence it applied: the edge flipped with no event
+/// for it anywhere, the count one off for good, and a keyed retry replayed 200 `changed:
+/// true` for a like that was never counted. With the fence, the relay's conditional write
+/// makes the late statement fail; the retry then flips the edge itself and is counted. Both
+/// kinds of statement: the first write of an edge (`INSERT ... IF NOT EXISTS`) and a flip of
+/// an existing row (`UPDATE ... IF op_id = ...`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+async fn a_write_that_lands_after_the_relay_dropped_its_entry_changes_nothing() {
+    use common::api;
+    use likes::relay::{self, Relay};
+    use reqwest::StatusCode;
+    use serde_json::json;
+
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, topology, _app, client) = api::serve_with("latecas", |s| {
+        // The test runs the relay's passes itself, at the moments it holds.
+        s.api.relay = false;
+    })
+    .await;
+    let relay_alone = Relay::connect(&settings, &topology).await.unwrap();
+    let mut run = fx::start(&settings, &topology);
+    let (s, e) = client.like("lee", "late-u", "u0").await;
+    assert_eq!(s, StatusCode::OK, "{e}");
+    let counted: BTreeMap<String, i64> = [("late-u".to_string(), 1)].into();
+    let have = fx::wait_for_counts(&mut run, &settings, &counted, Duration::from_secs(60)).await;
+    assert_eq!(have, counted);
+
+    for (item, liked, key) in [("late-l", true, "l1"), ("late-u", false, "u1")] {
+        let hold = common::Hold::first_at("api-cas-in-flight");
+        let (landed_tx, landed) = std::sync::mpsc::channel::<()>();
+        let landed_tx = std::sync::Mutex::new(landed_tx);
+        fail::cfg_callback("api-cas-landed", move || {
+            let _ = landed_tx.lock().unwrap().send(());
+        })
+        .unwrap();
+        let write = |c: std::sync::Arc<api::Client>| async move {
+            if liked {
+                c.like("lee", item, key).await
+            } else {
+                c.unlike("lee", item, key).await
+            }
+        };
+        let request = tokio::spawn(write(client.clone()));
+        hold.reached().await;
+        let (s, e) = request.await.unwrap();
+        assert_eq!(
+            s,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{item}: the held write gives up at its deadline: {e}"
+        );
+
+        let pass = relay::pass(&relay_alone, Duration::ZERO).await.unwrap();
+        assert_eq!(
+            (pass.published, pass.cleared),
+            (0, 1),
+            "{item}: no flip of the entry's request yet: dropped unpublished ({pass:?})"
+        );
+
+        // The statement lands now, a whole relay pass late.
+        hold.release();
+        tokio::task::spawn_blocking(move || landed.recv_timeout(Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .unwrap_or_else(|_| panic!("{item}: the held statement never landed"));
+        fail::remove("api-cas-landed");
+        let (_, read) = client
+            .get("lee", &format!("/v1/items/{item}/likes/lee"))
+            .await;
+        assert_eq!(
+            read["liked"],
+            json!(!liked),
+            "{item}: the late statement must not change the edge once its entry is dropped: {read}"
+        );
+
+        // The client retries with the same key: its write is made now, and counted.
+        let (s, e) = if liked {
+            client.like("lee", item, key).await
+        } else {
+            client.unlike("lee", item, key).await
+        };
+        assert_eq!(
+            (s, e["changed"].clone()),
+            (StatusCode::OK, json!(true)),
+            "{item}: {e}"
+        );
+    }
+
+    // The counts equal the edges: late-l liked, late-u unliked.
+    let want: BTreeMap<String, i64> = [("late-l".to_string(), 1)].into();
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
+    run.check().await;
+    run.stop().await;
+    assert_eq!(have, want, "every answered write counted, nothing else");
+    fx::teardown(&settings, &topology).await;
+}
+
+/// Issue 56, item 2: a flip whose event never left (its request gave up after the flip, and
+/// its outbox entry is gone, as a dropped entry is once the relay has fenced the row) is
+/// published again by the next request that meets it: the keyed retry that replays its answer,
+/// or a request that changes nothing. Before, both answered 200 and published nothing: the
+/// like was acknowledged and never counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+async fn a_replay_or_a_no_op_publishes_a_young_flip_that_was_never_published() {
+    use common::api;
+    use reqwest::StatusCode;
+
+    let _turn = FAILPOINTS.lock().await;
+    let (settings, topology, app, client) = api::serve_with("republish", |s| {
+        s.api.relay = false;
+    })
+    .await;
+    let mut run = fx::start(&settings, &topology);
+    let ks = &settings.cql.keyspace;
+    for (item, again) in [("rep-replay", "k1"), ("rep-kept", "k2")] {
+        fail::cfg("api-after-flip-before-produce", "return").unwrap();
+        let (s, e) = client.like("rae", item, "k1").await;
+        fail::remove("api-after-flip-before-produce");
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+        // The entry is gone: nothing but the next request can send the flip now.
+        app.session
+            .query_unpaged(format!("TRUNCATE {ks}.outbox"), ())
+            .await
+            .unwrap();
+        // "k1" again: the retry replays; "k2": a new like of a liked edge, a no-op.
+        let (s, e) = client.like("rae", item, again).await;
+        assert_eq!(s, StatusCode::OK, "{item}: {e}");
+    }
+    let want: BTreeMap<String, i64> =
+        [("rep-kept".to_string(), 1), ("rep-replay".to_string(), 1)].into();
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
+    run.check().await;
+    run.stop().await;
+    assert_eq!(have, want, "both acknowledged likes counted");
+    fx::teardown(&settings, &topology).await;
+}

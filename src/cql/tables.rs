@@ -39,6 +39,11 @@ pub const TABLES: &[TableSpec] = &[
             // The times of the flips before prev_at, newest first, at most 15: events carry
             // them so stage 1 finds a forgotten edge's counted baseline (added after v1.0.0).
             ("earlier_at", "frozen<list<bigint>>"),
+            // The row's fence stamp (docs/exactness.md, "The row fence"): every compare-and-set
+            // of a request names the value it read; the relay moves it before it drops an
+            // outbox entry unpublished, so that entry's statement, landing late, fails.
+            // Null until the first fence (added after v1.1: `likes migrate` adds it).
+            ("fence", "bigint"),
         ],
         partition_key: &["item_id", "bucket"],
         clustering: &["user_id"],
@@ -277,7 +282,7 @@ mod tests {
             "CREATE TABLE IF NOT EXISTS ks.edges (item_id text, bucket int, user_id text, \
              state tinyint, op_id bigint, updated_at timestamp, prev_at timestamp, epoch bigint, \
              recent_keys map<int, text>, platform tinyint, earlier_at frozen<list<bigint>>, \
-             PRIMARY KEY ((item_id, bucket), user_id))"
+             fence bigint, PRIMARY KEY ((item_id, bucket), user_id))"
         );
     }
 

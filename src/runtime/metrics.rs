@@ -114,6 +114,13 @@ pub const API_SHED_SECONDS: &str = "likes_api_shed_answer_seconds";
 /// API: applied flips whose event the broker did not acknowledge within `api.publish_wait`
 /// (label `reason`: timeout, error), answered anyway and left to the relay.
 pub const API_PUBLISHES_DEFERRED: &str = "likes_api_publishes_deferred_total";
+/// API: a keyed retry (label `path` = replay) or a request that changed nothing (kept)
+/// found a flip younger than half the dedupe horizon, which its own request may never have
+/// published, and published the edge's current version (docs/exactness.md, "The row fence").
+pub const API_REPUBLISHED: &str = "likes_api_republished_total";
+/// Relay: outbox entries whose requests changed nothing, deleted after the row was fenced
+/// (label `outcome`: fenced; raced: the row changed since it was read, decided next pass).
+pub const RELAY_FENCES: &str = "likes_relay_fences_total";
 /// Relay: events published for flips whose produce failed.
 pub const RELAY_PUBLISHED: &str = "likes_relay_published_total";
 /// Relay: passes over the outbox (label `outcome`: ok, error).
@@ -301,6 +308,14 @@ fn describe() {
     describe_counter!(
         API_PUBLISHES_DEFERRED,
         "API flips answered without the broker's ack in time, their events left to the relay"
+    );
+    describe_counter!(
+        API_REPUBLISHED,
+        "API retries and no-op writes that published the edge's young current version again"
+    );
+    describe_counter!(
+        RELAY_FENCES,
+        "relay fences of edge rows before dropping their outbox entries unpublished"
     );
     metrics::describe_gauge!(
         API_WRITE_LIMIT,

@@ -120,6 +120,9 @@ impl Edge {
 pub struct EdgeRow {
     pub edge: Edge,
     pub keys: BTreeMap<i32, String>,
+    /// The row's fence stamp (None: never fenced): a compare-and-set aimed by this row names
+    /// it in its condition (docs/exactness.md, "The row fence").
+    pub fence: Option<i64>,
 }
 
 impl EdgeRow {
@@ -138,20 +141,31 @@ impl EdgeRow {
                 }
             }
         }
-        Some(EdgeRow { edge, keys })
+        let fence = match cols.iter().find(|(k, _)| k == "fence").map(|(_, v)| v) {
+            Some(Some(CqlValue::BigInt(v))) => Some(*v),
+            _ => None,
+        };
+        Some(EdgeRow { edge, keys, fence })
     }
 }
 
-/// A conditional write of the edge row: the request's key and answer go in with it.
-pub struct Cas<'a> {
-    pub item: &'a str,
+/// A conditional write of the edge row: the request's key and answer go in with it. Owned,
+/// so that a statement can outlive the request that sent it, as a real one does on the wire
+/// (the write path's `api-cas-in-flight` fail point, docs/testing.md).
+#[derive(Debug, Clone)]
+pub struct Cas {
+    pub item: String,
     pub bucket: i32,
-    pub user: &'a str,
+    pub user: String,
     /// The slot of `recent_keys` the request writes, and what it writes there.
     pub slot: i32,
-    pub value: &'a str,
+    pub value: String,
     /// What this write expects the slot to hold (None: empty).
-    pub slot_was: Option<&'a str>,
+    pub slot_was: Option<String>,
+    /// The fence stamp the row had when this request read it (None: never fenced). A relay
+    /// that drops this request's outbox entry moves it first, so this write, landing late,
+    /// cannot apply (docs/exactness.md, "The row fence").
+    pub fence_was: Option<i64>,
 }
 
 pub struct Edges {
@@ -166,6 +180,11 @@ pub struct Edges {
     flip: PreparedStatement,
     /// The same condition, for a request that changes nothing: only its key is written.
     keep: PreparedStatement,
+    /// The row fence (docs/exactness.md, "The row fence"): a row made where none was (state
+    /// UNLIKED, op_id 0, as a no-op unlike makes it), or the fence stamp moved on the row as
+    /// read. Either one fails every compare-and-set aimed before it.
+    fence_absent: PreparedStatement,
+    fence_present: PreparedStatement,
     /// The user's side of a like (user, item, created_at), for erasure and "my likes".
     by_user: PreparedStatement,
     likers: PreparedStatement,
@@ -179,7 +198,7 @@ pub struct Edges {
 impl Edges {
     pub async fn prepare(session: Arc<Session>, ks: &str) -> Result<Self> {
         let select = format!(
-            "SELECT state, op_id, updated_at, prev_at, recent_keys, platform, earlier_at \
+            "SELECT state, op_id, updated_at, prev_at, recent_keys, platform, earlier_at, fence \
              FROM {ks}.edges \
              WHERE item_id = ? AND bucket = ? AND user_id = ?"
         );
@@ -197,8 +216,10 @@ impl Edges {
         .await?;
         // The condition on the slot serializes every request that would write it; ScyllaDB
         // documents conditions on collection elements as Cassandra has them.
+        // The fence stamp as the request read it (null: never fenced, which `fence = null`
+        // matches in Cassandra and ScyllaDB alike).
         let where_if = "WHERE item_id = ? AND bucket = ? AND user_id = ? \
-                        IF op_id = ? AND recent_keys[?] = ?";
+                        IF op_id = ? AND recent_keys[?] = ? AND fence = ?";
         let flip = prepare(
             &session,
             format!(
@@ -212,7 +233,26 @@ impl Edges {
             format!("UPDATE {ks}.edges SET recent_keys[?] = ? {where_if}"),
         )
         .await?;
+        let fence_absent = prepare(
+            &session,
+            format!(
+                "INSERT INTO {ks}.edges (item_id, bucket, user_id, state, op_id, epoch, fence) \
+                 VALUES (?, ?, ?, {}, 0, 0, 1) IF NOT EXISTS",
+                EdgeState::Unliked as i8
+            ),
+        )
+        .await?;
+        let fence_present = prepare(
+            &session,
+            format!(
+                "UPDATE {ks}.edges SET fence = ? WHERE item_id = ? AND bucket = ? AND user_id = ? \
+                 IF op_id = ? AND fence = ?"
+            ),
+        )
+        .await?;
         Ok(Self {
+            fence_absent,
+            fence_present,
             read,
             // A stale guess only fails the CAS.
             peek: prepare(&session, select).await?,
@@ -357,10 +397,11 @@ impl Edges {
             Option<BTreeMap<i32, String>>,
             Option<i8>,
             Option<Vec<i64>>,
+            Option<i64>,
         );
         let row = rows.maybe_first_row::<Stored>()?;
         Ok(row.map(
-            |(state, op_id, at, prev, keys, platform, earlier)| EdgeRow {
+            |(state, op_id, at, prev, keys, platform, earlier, fence)| EdgeRow {
                 edge: Edge {
                     liked: state == Some(EdgeState::Liked as i8),
                     op_id: op_id.unwrap_or(0),
@@ -370,30 +411,64 @@ impl Edges {
                     platform: platform.unwrap_or(0),
                 },
                 keys: keys.unwrap_or_default(),
+                fence,
             },
         ))
+    }
+
+    /// Fences the row as `seen` (a SERIAL read) found it: makes the row where there was none,
+    /// or moves its fence stamp if it is still at `seen`'s op_id and stamp. Once this applied,
+    /// no compare-and-set aimed before it can apply, whenever it lands (a statement stalled
+    /// on the wire, a paused coordinator), and its committed Paxos round supersedes a
+    /// proposal some replica accepted for an older ballot: "no row, or the row as read" is
+    /// final for every request that read the row before (docs/exactness.md, "The row
+    /// fence"). False when the row changed since `seen`: read it again and decide anew.
+    pub async fn fence(
+        &self,
+        item: &str,
+        bucket: i32,
+        user: &str,
+        seen: Option<&EdgeRow>,
+    ) -> Result<bool> {
+        let r = match seen {
+            None => {
+                self.session
+                    .execute_unpaged(&self.fence_absent, (item, bucket, user))
+                    .await?
+            }
+            Some(row) => {
+                let next = row.fence.unwrap_or(0) + 1;
+                self.session
+                    .execute_unpaged(
+                        &self.fence_present,
+                        (next, item, bucket, user, row.edge.op_id, row.fence),
+                    )
+                    .await?
+            }
+        };
+        Ok(not_applied(r)?.is_none())
     }
 
     /// The first write of an edge: `edge` (op_id 1 for a like, 0 for an unlike that changes
     /// nothing) and the request's key. None when it applied; otherwise the row as Paxos saw
     /// it (a failed `IF NOT EXISTS` answers with the whole row), or Some(None) if that row
     /// could not be read from the answer.
-    pub async fn insert(&self, cas: &Cas<'_>, edge: &Edge) -> Result<Option<Option<EdgeRow>>> {
+    pub async fn insert(&self, cas: &Cas, edge: &Edge) -> Result<Option<Option<EdgeRow>>> {
         let state = if edge.liked {
             EdgeState::Liked
         } else {
             EdgeState::Unliked
         } as i8;
         let at = (edge.op_id > 0).then_some(CqlTimestamp(edge.updated_at_ms));
-        let keys = BTreeMap::from([(cas.slot, cas.value)]);
+        let keys = BTreeMap::from([(cas.slot, cas.value.as_str())]);
         let r = self
             .session
             .execute_unpaged(
                 &self.insert,
                 (
-                    cas.item,
+                    &cas.item,
                     cas.bucket,
-                    cas.user,
+                    &cas.user,
                     state,
                     edge.op_id,
                     at,
@@ -407,7 +482,7 @@ impl Edges {
 
     /// A flip from `seen` to `to`, with the request's key, if the row is still at `seen`'s
     /// op_id and its key as the request saw it. Returns whether it applied.
-    pub async fn flip(&self, cas: &Cas<'_>, seen: &Edge, to: &Edge) -> Result<bool> {
+    pub async fn flip(&self, cas: &Cas, seen: &Edge, to: &Edge) -> Result<bool> {
         let state = if to.liked {
             EdgeState::Liked
         } else {
@@ -425,13 +500,14 @@ impl Edges {
                     to.earlier().to_vec(),
                     to.platform,
                     cas.slot,
-                    cas.value,
-                    cas.item,
+                    &cas.value,
+                    &cas.item,
                     cas.bucket,
-                    cas.user,
+                    &cas.user,
                     seen.op_id,
                     cas.slot,
-                    cas.slot_was,
+                    cas.slot_was.as_deref(),
+                    cas.fence_was,
                 ),
             )
             .await?;
@@ -440,20 +516,21 @@ impl Edges {
 
     /// Only the request's key, if the row is still at `seen`'s op_id (so "already in that
     /// state" holds at the moment of the write) and its key as the request saw it.
-    pub async fn keep(&self, cas: &Cas<'_>, seen: &Edge) -> Result<bool> {
+    pub async fn keep(&self, cas: &Cas, seen: &Edge) -> Result<bool> {
         let r = self
             .session
             .execute_unpaged(
                 &self.keep,
                 (
                     cas.slot,
-                    cas.value,
-                    cas.item,
+                    &cas.value,
+                    &cas.item,
                     cas.bucket,
-                    cas.user,
+                    &cas.user,
                     seen.op_id,
                     cas.slot,
-                    cas.slot_was,
+                    cas.slot_was.as_deref(),
+                    cas.fence_was,
                 ),
             )
             .await?;

@@ -180,6 +180,9 @@ pub struct Writer {
     /// This host's clock against the database's, checked again while the writer runs.
     clock: crate::cql::clock::ClockWatch,
     max_clock_skew: Duration,
+    /// Stage 1's dedupe horizon: a flip well inside it may be published again (a duplicate
+    /// stage 1 drops), an older one never.
+    horizon: Duration,
 }
 
 impl Writer {
@@ -216,6 +219,7 @@ impl Writer {
                 settings.cql.clock_check_every,
             ),
             max_clock_skew: settings.cql.max_clock_skew,
+            horizon: topology.dedupe_ttl,
             store,
         };
         Ok((writer, session))
@@ -365,8 +369,9 @@ impl Writer {
             }
             self.cas(&req, seen).await
         };
-        // The deadline bounds how long the outbox entry can belong to a request whose CAS is
-        // still to land: the relay waits longer than it plus one CQL timeout.
+        // The deadline bounds how long this request may still send a CAS (the relay waits
+        // longer than it plus one CQL timeout); a CAS already sent may land later still, which
+        // the relay's row fence makes fail (docs/exactness.md, "The row fence").
         let outcome = match tokio::time::timeout(self.deadline, until_cas).await {
             Ok(r) => r?,
             Err(_) => {
@@ -388,8 +393,11 @@ impl Writer {
             "injected: right after the compare-and-set".into()
         )));
         match outcome {
-            Outcome::Replay(r) => {
-                // Nothing was written: the entry has nothing to stand for.
+            Outcome::Replay(edge, r) => {
+                // Nothing was written: the entry has nothing to stand for. The request that
+                // wrote the key may have given up before its event (its answer lost, its
+                // entry dropped after the row was fenced): its flip goes out again.
+                self.republish("replay", item, user, edge.as_ref(), source, home);
                 self.clears.clear((shard, minute), item, user, &entry);
                 Ok(answer(r))
             }
@@ -460,16 +468,59 @@ impl Writer {
                 }
                 Ok(answer(r))
             }
-            Outcome::Kept(r) => {
-                // Nothing to publish; a failed clear leaves an entry the relay deletes
-                // unpublished.
+            Outcome::Kept(edge, r) => {
+                // Nothing of this request's to publish; a failed clear leaves an entry the
+                // relay deletes unpublished once it has fenced the row. The flip this request
+                // found may be one whose own request never published it: out it goes again.
                 fail::fail_point!("api-before-outbox-clear", |_| Err(
                     WriteError::RetryWithSameKey(
                         "injected: before the outbox entry is cleared".into()
                     )
                 ));
+                self.republish("kept", item, user, Some(&edge), source, home);
                 self.clears.clear((shard, minute), item, user, &entry);
                 Ok(answer(r))
+            }
+        }
+    }
+}
+
+impl Writer {
+    /// Publishes `edge`'s current version for a request that flipped nothing (a keyed retry's
+    /// replay, a no-op) when its flip is younger than half the dedupe horizon: the request
+    /// that made that flip may have given up before its event, and after the row fence no
+    /// relay will publish it (docs/exactness.md, "The row fence"). Stage 1 drops the copy of
+    /// an event it has by op_id; an older flip is not sent, since stage 1 may have forgotten
+    /// it and would count it again. Fire and forget: the answer does not wait, and a failed
+    /// send loses nothing the request had.
+    fn republish(
+        &self,
+        path: &'static str,
+        item: &str,
+        user: &str,
+        edge: Option<&Edge>,
+        source: Source,
+        home: Home,
+    ) {
+        let Some(edge) = edge.filter(|e| e.op_id > 0) else {
+            return;
+        };
+        let half_horizon = self.horizon.as_millis() as i64 / 2;
+        if now_ms().saturating_sub(edge.updated_at_ms) >= half_horizon {
+            return;
+        }
+        metrics::counter!(crate::runtime::metrics::API_REPUBLISHED, "path" => path).increment(1);
+        match self.events.enqueue(item, user, edge, source, home) {
+            Ok(ack) => {
+                let (it, us, op_id) = (item.to_string(), user.to_string(), edge.op_id);
+                self.acks.spawn(async move {
+                    if let Err(e) = ack.await {
+                        tracing::debug!(item = %it, user = %us, op_id, error = %e, "a young flip's event sent again was not acknowledged");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::debug!(%item, %user, op_id = edge.op_id, error = %e, "a young flip's event could not be sent again")
             }
         }
     }
@@ -502,12 +553,12 @@ pub fn recorded_at(now: i64, last_flip_at: Option<i64>) -> i64 {
 
 /// What the request's compare-and-set found or did.
 enum Outcome {
-    /// The row already held this key: its stored answer.
-    Replay(Remembered),
+    /// The row already held this key: its stored answer, and the edge as the row held it.
+    Replay(Option<Edge>, Remembered),
     /// This request flipped the edge to the given version.
     Flipped(Edge, Remembered),
-    /// The edge was already in the asked state; only the key was written.
-    Kept(Remembered),
+    /// The edge (as given) was already in the asked state; only the key was written.
+    Kept(Edge, Remembered),
 }
 
 /// The one compare-and-set of a request: aimed by `seen` (a guess from a plain read), retried
@@ -520,8 +571,11 @@ impl Writer {
     /// new home writes; a paused writer that woke after that must not land its CAS on the
     /// new home's edges (issue 43, hole 6a). The deadline's own timer cannot say so: tokio
     /// polls the write before its timer, so a woken write would send its CAS first. The
-    /// clock is monotonic, so the pause counts. (What remains: a pause between this check
-    /// and the bytes leaving, a few microseconds; the CQL timeout bounds a CAS once sent.)
+    /// clock is monotonic, so the pause counts. This bounds when a CAS is *sent*, never
+    /// when it lands: a statement stalled on the wire or in a paused coordinator applies
+    /// whenever it gets there. What makes that late landing harmless is the row fence: the
+    /// CAS names the fence stamp it read, and whoever drops this request's outbox entry
+    /// unpublished moves the stamp first (docs/exactness.md, "The row fence").
     fn may_still_write(&self, req: &Request<'_>) -> std::result::Result<(), WriteError> {
         if req.started.elapsed() >= self.deadline {
             return Err(WriteError::RetryWithSameKey(format!(
@@ -561,7 +615,7 @@ impl Writer {
                 if r.liked != req.liked {
                     return Err(WriteError::KeyReused);
                 }
-                return Ok(Outcome::Replay(r));
+                return Ok(Outcome::Replay(seen.as_ref().map(|row| row.edge), r));
             }
             let edge = seen.as_ref().map(|r| r.edge);
             let already = edge.map(|e| e.liked == req.liked).unwrap_or(!req.liked);
@@ -588,40 +642,42 @@ impl Writer {
             let keys = keys.unwrap_or(&empty);
             let slot = request_keys::slot_for(keys, edge.map(|e| e.op_id).unwrap_or(0), req.now);
             let cas = Cas {
-                item: req.item,
+                item: req.item.to_string(),
                 bucket: req.bucket,
-                user: req.user,
+                user: req.user.to_string(),
                 slot,
-                value: &value,
-                slot_was: keys.get(&slot).map(String::as_str),
+                value,
+                slot_was: keys.get(&slot).cloned(),
+                fence_was: seen.as_ref().and_then(|r| r.fence),
             };
-            let applied = match edge {
+            let statement = match edge {
                 None => {
                     if !req.liked {
                         // An unlike that creates the row (to hold its key): the user's side
                         // first, as for a like, so that erasure finds every row of the user.
                         edges.index_for_user(req.user, req.item, req.now).await?;
                     }
-                    match edges.insert(&cas, &to).await? {
-                        None => true,
-                        Some(row) => {
-                            // The row as Paxos saw it: its keys and state decide the next try.
-                            seen = match row {
-                                Some(row) => Some(row),
-                                None => edges.read_row(req.item, req.bucket, req.user).await?,
-                            };
-                            continue;
-                        }
-                    }
+                    Statement::Insert(to)
                 }
-                Some(e) if already => edges.keep(&cas, &e).await?,
-                Some(e) => edges.flip(&cas, &e, &to).await?,
+                Some(e) if already => Statement::Keep(e),
+                Some(e) => Statement::Flip(e, to),
+            };
+            let applied = match self.send(cas, statement).await? {
+                Sent::Applied => true,
+                Sent::InsertFound(row) => {
+                    // The row as Paxos saw it: its keys and state decide the next try.
+                    seen = match row {
+                        Some(row) => Some(row),
+                        None => edges.read_row(req.item, req.bucket, req.user).await?,
+                    };
+                    continue;
+                }
+                Sent::NotApplied => false,
             };
             if applied {
-                return Ok(if already {
-                    Outcome::Kept(remembered)
-                } else {
-                    Outcome::Flipped(to, remembered)
+                return Ok(match edge {
+                    Some(e) if already => Outcome::Kept(e, remembered),
+                    _ => Outcome::Flipped(to, remembered),
                 });
             }
             // Lost a race (or the guess was stale): the truth, then either our key (another
@@ -631,6 +687,68 @@ impl Writer {
         Err(WriteError::RetryWithSameKey(
             "the edge kept changing under this request".into(),
         ))
+    }
+}
+
+/// One compare-and-set of the edge row, as [`Writer::send`] sends it.
+enum Statement {
+    /// The first write of the edge: `INSERT ... IF NOT EXISTS`.
+    Insert(Edge),
+    /// Only the request's key, the edge as seen.
+    Keep(Edge),
+    /// A flip from the first edge to the second.
+    Flip(Edge, Edge),
+}
+
+/// What a compare-and-set did.
+enum Sent {
+    Applied,
+    /// The insert found a row: the row as Paxos saw it (None: not readable from the answer).
+    InsertFound(Option<EdgeRow>),
+    /// A keep or a flip whose condition failed.
+    NotApplied,
+}
+
+impl Writer {
+    /// Sends one compare-and-set. With fail point `api-cas-in-flight` configured (fault
+    /// tests), the statement goes from a task of its own that the point holds first, as a
+    /// statement stalled on the wire: the request may give up at its deadline and answer,
+    /// and the statement still lands when the test lets it go (docs/exactness.md, "The row
+    /// fence"). Fail point `api-cas-landed` is reached once it has.
+    async fn send(&self, cas: Cas, statement: Statement) -> std::result::Result<Sent, WriteError> {
+        let store = self.store.clone();
+        let go = async move {
+            let edges = &store.edges;
+            let sent = match statement {
+                Statement::Insert(to) => match edges.insert(&cas, &to).await? {
+                    None => Sent::Applied,
+                    Some(row) => Sent::InsertFound(row),
+                },
+                Statement::Keep(e) => applied(edges.keep(&cas, &e).await?),
+                Statement::Flip(e, to) => applied(edges.flip(&cas, &e, &to).await?),
+            };
+            fail::fail_point!("api-cas-landed");
+            Ok::<_, Error>(sent)
+        };
+        #[cfg(feature = "failpoints")]
+        if fail::list().iter().any(|(n, _)| n == "api-cas-in-flight") {
+            let on_the_wire = tokio::spawn(async move {
+                crate::runtime::hold::point("api-cas-in-flight").await;
+                go.await
+            });
+            return Ok(on_the_wire
+                .await
+                .map_err(|_| Error::Injected("api-cas-in-flight"))??);
+        }
+        Ok(go.await?)
+    }
+}
+
+fn applied(yes: bool) -> Sent {
+    if yes {
+        Sent::Applied
+    } else {
+        Sent::NotApplied
     }
 }
 
