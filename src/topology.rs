@@ -192,7 +192,35 @@ impl Topology {
                     .into(),
             );
         }
-        Ok(())
+        self.changelog_keeps_the_horizon()
+    }
+
+    /// Stage 1 rebuilds a lost disk from the changelog: an edge's state deleted from it while
+    /// the horizon still vouches for it would be "nothing remembered" inside the horizon,
+    /// and an unlike would count 0 against its counted like, silently (issue 56). So with
+    /// `delete` in its cleanup policy the changelog must keep records at least `dedupe_ttl`
+    /// (`retention.ms` named here, so the broker's default cannot decide it; -1: forever).
+    fn changelog_keeps_the_horizon(&self) -> Result<(), String> {
+        let config = &self.topics.dedupe_changelog.config;
+        if !config
+            .get("cleanup.policy")
+            .is_some_and(|p| p.split(',').any(|x| x.trim() == "delete"))
+        {
+            return Ok(());
+        }
+        let horizon_ms = self.dedupe_ttl.as_millis();
+        let why = match config.get("retention.ms").map(|v| v.trim().parse::<i64>()) {
+            None => "is not set (the broker's default would decide it)".to_string(),
+            Some(Err(_)) => "is not a number of milliseconds".to_string(),
+            Some(Ok(-1)) => return Ok(()),
+            Some(Ok(ms)) if ms >= 0 && ms as u128 >= horizon_ms => return Ok(()),
+            Some(Ok(ms)) => format!("is {ms} ms, below it"),
+        };
+        Err(format!(
+            "topics.dedupe_changelog.config \"retention.ms\" {why}: with cleanup.policy \"delete\" \
+             it must be at least dedupe_ttl ({horizon_ms} ms), or a lost stage-1 disk is rebuilt \
+             without edges the horizon still vouches for; raise it with dedupe_ttl (or set -1)"
+        ))
     }
 }
 
@@ -288,6 +316,39 @@ mod tests {
             let err = edited(from, to).unwrap_err().to_string();
             assert!(err.contains(needle), "{to}: {err}");
         }
+    }
+
+    #[test]
+    fn changelog_retention_must_cover_the_horizon() {
+        // Issue 56: a 14-day horizon over a 7-day changelog was taken as is.
+        let err = edited("dedupe_ttl = \"7d\"", "dedupe_ttl = \"14d\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("retention.ms") && err.contains("dedupe_ttl"),
+            "{err}"
+        );
+        let changelog = "\"cleanup.policy\" = \"compact,delete\"\n\"retention.ms\" = \"604800000\"";
+        assert!(EMBEDDED.contains(changelog), "fixture drifted");
+        let with = |retention: &str| {
+            let text = EMBEDDED
+                .replacen("dedupe_ttl = \"7d\"", "dedupe_ttl = \"14d\"", 1)
+                .replacen(changelog, retention, 1);
+            Topology::parse(&text, "test")
+        };
+        assert!(
+            with("\"cleanup.policy\" = \"compact,delete\"\n\"retention.ms\" = \"1209600000\"")
+                .is_ok()
+        );
+        assert!(with("\"cleanup.policy\" = \"compact,delete\"\n\"retention.ms\" = \"-1\"").is_ok());
+        assert!(
+            with("\"cleanup.policy\" = \"compact\"").is_ok(),
+            "compacted only: nothing expires"
+        );
+        let unset = with("\"cleanup.policy\" = \"compact,delete\"")
+            .unwrap_err()
+            .to_string();
+        assert!(unset.contains("is not set"), "{unset}");
     }
 
     #[test]

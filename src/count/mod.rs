@@ -264,6 +264,7 @@ impl Count {
             msg.key(),
             msg.payload(),
             &reason,
+            "invalid",
             (&self.input.topic, msg.partition(), msg.offset()),
         );
         self.dlq.send(r).map_err(|(e, _)| e)?;

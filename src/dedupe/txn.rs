@@ -35,6 +35,7 @@ impl Dedupe {
                 d.key.as_deref(),
                 d.payload.as_deref(),
                 &d.reason,
+                d.kind,
                 (&self.input.topic, d.partition, d.offset),
             );
             send(&self.producer, r)?;

@@ -14,8 +14,10 @@ pub const DLQ_MAX_ORIGINAL_BYTES: usize = 256 * 1024;
 /// What a dead letter keeps of an oversized original: its first bytes, to look at.
 pub const DLQ_PREFIX_BYTES: usize = 1024;
 
-/// A record for `likes.dlq`: the original key and value untouched, the reason and the
-/// source position in headers (`likes.error`, `likes.source.topic|partition|offset`).
+/// A record for `likes.dlq`: the original key and value untouched, the reason, its kind
+/// (`likes.kind`: one of `runtime::metrics::DLQ_KINDS`, so the recount queue tells a writer's
+/// bad record from a flip to recount) and the source position in headers (`likes.error`,
+/// `likes.source.topic|partition|offset`).
 /// When key and value together exceed [`DLQ_MAX_ORIGINAL_BYTES`], only the first
 /// [`DLQ_PREFIX_BYTES`] of each are kept, with each one's size and SHA-256 in headers
 /// (`likes.payload.bytes|sha256`, `likes.key.bytes|sha256`), so a dead letter always fits.
@@ -24,6 +26,7 @@ pub fn dead_letter<'a>(
     key: Option<&'a [u8]>,
     payload: Option<&'a [u8]>,
     reason: &str,
+    kind: &str,
     source: (&str, i32, i64),
 ) -> BaseRecord<'a, [u8], [u8]> {
     let (topic, partition, offset) = source;
@@ -57,6 +60,10 @@ pub fn dead_letter<'a>(
             value: Some(reason),
         })
         .insert(Header {
+            key: "likes.kind",
+            value: Some(kind),
+        })
+        .insert(Header {
             key: "likes.source.topic",
             value: Some(topic),
         })
@@ -86,7 +93,7 @@ mod tests {
     #[test]
     fn an_oversized_dead_letter_keeps_a_prefix_its_size_and_hash() {
         let big = vec![7u8; DLQ_MAX_ORIGINAL_BYTES + 1];
-        let r = dead_letter("dlq", Some(b"k"), Some(&big), "why", ("t", 1, 2));
+        let r = dead_letter("dlq", Some(b"k"), Some(&big), "why", "invalid", ("t", 1, 2));
         assert_eq!(r.payload.map(<[u8]>::len), Some(DLQ_PREFIX_BYTES));
         let h = r.headers.as_ref().unwrap();
         let get = |k: &str| {
@@ -97,7 +104,8 @@ mod tests {
         assert_eq!(get("likes.payload.bytes"), Some(big.len().to_string()));
         assert_eq!(get("likes.payload.sha256").map(|d| d.len()), Some(64));
         assert_eq!(get("likes.error").as_deref(), Some("why"));
-        let small = dead_letter("dlq", None, Some(b"abc"), "why", ("t", 1, 2));
+        assert_eq!(get("likes.kind").as_deref(), Some("invalid"));
+        let small = dead_letter("dlq", None, Some(b"abc"), "why", "invalid", ("t", 1, 2));
         assert_eq!(small.payload, Some(&b"abc"[..]));
     }
 }

@@ -25,6 +25,7 @@ use crate::error::Result;
 use crate::kafka::group;
 use crate::kafka::offsets::{self, Extent};
 use crate::region::Route;
+use crate::runtime::clock::now_ms;
 
 /// The reason a requeued record carries (`likes.error`).
 pub const REQUEUED: &str = "requeued by likes reconcile --dead-letters: not settled at any cut";
@@ -45,9 +46,13 @@ pub struct Queued {
     pub elsewhere: Vec<String>,
     /// Items whose range is closed by a move under way: put back on the queue.
     pub closed: Vec<String>,
-    /// The latest event time among the records that carry an event (ms): the recount's cut
-    /// is after it (issue 43, item 8: a writer's clock ahead could put a flip past the cut).
+    /// The latest event time among the records that carry a flip to recount (ms): the
+    /// recount's cut is after it (issue 43, item 8: a writer's clock ahead could put a flip
+    /// past the cut). Never past now plus twice the clock bound ([`cut_floor`]).
     pub latest_event_ms: i64,
+    /// Records whose event time lay past now plus twice the clock bound, taken at that bound
+    /// for the cut (issue 56: one such record set a cut no run could reach).
+    pub clamped: u64,
     /// Partition → the offset to commit once every item is settled.
     ends: HashMap<i32, i64>,
 }
@@ -109,6 +114,7 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
             .collect();
     let mut q = Queued::default();
     let mut items = BTreeSet::new();
+    let skew_ms = p.settings.cql.max_clock_skew.as_millis() as i64;
     for &Extent {
         partition: part,
         low,
@@ -137,9 +143,27 @@ pub fn read(p: &Pipeline) -> Result<Queued> {
                         x.key == "likes.source.topic" && x.value == Some(deltas.as_bytes())
                     })
                 });
+                let kind = m.headers().and_then(|h| {
+                    h.iter()
+                        .find(|x| x.key == "likes.kind")
+                        .and_then(|x| x.value)
+                        .and_then(|v| std::str::from_utf8(v).ok())
+                });
                 if !from_deltas {
                     if let Ok(e) = crate::records::decode_event(m.payload()) {
-                        q.latest_event_ms = q.latest_event_ms.max(e.event_time_ms);
+                        let floor = cut_floor(kind, e.event_time_ms, now_ms(), skew_ms);
+                        if let Some((at, clamped)) = floor {
+                            q.latest_event_ms = q.latest_event_ms.max(at);
+                            if clamped {
+                                q.clamped += 1;
+                                warn!(
+                                    partition = part,
+                                    offset = m.offset(),
+                                    event_time_ms = e.event_time_ms,
+                                    "a dead letter's event time is past every clock the system admits; its cut is taken at now plus twice cql.max_clock_skew"
+                                );
+                            }
+                        }
                     }
                 }
                 match item_of_record(from_deltas, m.key(), m.payload()) {
@@ -192,6 +216,30 @@ fn sort_by_home(
             Some(Route::Closed(_)) => q.closed.push(item),
         }
     }
+}
+
+/// What a dead letter's event time asks of the recount's cut: None for a kind that needs
+/// no recount at the event's time (`invalid`: a writer's bad record, whose time may be
+/// anything, microseconds for milliseconds say); else the time the cut must follow, and
+/// whether it was clamped to `now` plus twice the clock bound (every process is within
+/// `cql.max_clock_skew` of the database, so no real flip is stamped later than that; a time
+/// past it would set a cut no run reaches, and every run would time out). A record without
+/// a kind (written before `likes.kind`) counts as one to recount.
+pub fn cut_floor(
+    kind: Option<&str>,
+    event_time_ms: i64,
+    now_ms: i64,
+    skew_ms: i64,
+) -> Option<(i64, bool)> {
+    if kind == Some("invalid") {
+        return None;
+    }
+    let bound = now_ms.saturating_add(2 * skew_ms);
+    Some(if event_time_ms > bound {
+        (bound, true)
+    } else {
+        (event_time_ms, false)
+    })
 }
 
 /// Puts `items` back on the queue, after the end [`read`] found: the next run recounts them.
@@ -264,6 +312,13 @@ impl std::fmt::Display for Recount {
                 q.unattributed
             )?;
         }
+        if q.clamped > 0 {
+            write!(
+                f,
+                "\n{} records carried an event time past every clock the system admits: the cut took now plus twice cql.max_clock_skew for them (see the log)",
+                q.clamped
+            )?;
+        }
         if q.lost > 0 {
             write!(
                 f,
@@ -300,6 +355,11 @@ impl Recount {
                 "likes_recount_lost_records",
                 "records retention deleted before the last recount run read them",
                 self.queue.lost as i64,
+            ),
+            (
+                "likes_recount_clamped_records",
+                "dead letters of the last recount run whose event time lay past every admitted clock (their cut clamped)",
+                self.queue.clamped as i64,
             ),
             (
                 "likes_recount_unattributed_records",
@@ -371,6 +431,31 @@ mod tests {
     use super::*;
     use crate::schema::v1::LikeEvent;
     use prost::Message as _;
+
+    #[test]
+    fn a_dead_letter_far_in_the_future_cannot_set_a_cut_no_run_reaches() {
+        // Issue 56: a writer stamping microseconds; before, its time became the cut.
+        let now = 1_800_000_000_000;
+        let micros = now * 1000;
+        assert_eq!(
+            cut_floor(Some("invalid"), micros, now, 2000),
+            None,
+            "needs no recount at its time"
+        );
+        assert_eq!(
+            cut_floor(Some("expired"), micros, now, 2000),
+            Some((now + 4000, true))
+        );
+        assert_eq!(
+            cut_floor(None, micros, now, 2000),
+            Some((now + 4000, true)),
+            "an older record"
+        );
+        assert_eq!(
+            cut_floor(Some("guessed"), now + 3000, now, 2000),
+            Some((now + 3000, false))
+        );
+    }
 
     #[test]
     fn the_queue_recounts_only_the_items_this_region_homes_now() {

@@ -115,8 +115,9 @@ pub const API_SHED_SECONDS: &str = "likes_api_shed_answer_seconds";
 /// (label `reason`: timeout, error), answered anyway and left to the relay.
 pub const API_PUBLISHES_DEFERRED: &str = "likes_api_publishes_deferred_total";
 /// API: a keyed retry (label `path` = replay) or a request that changed nothing (kept)
-/// found a flip younger than half the dedupe horizon, which its own request may never have
-/// published, and published the edge's current version (docs/exactness.md, "The row fence").
+/// found a flip older than `api.relay_min_age` and younger than half the dedupe horizon,
+/// which its own request may never have published, and published the edge's current version
+/// (docs/exactness.md, "The row fence").
 pub const API_REPUBLISHED: &str = "likes_api_republished_total";
 /// Relay: outbox entries whose requests changed nothing, deleted after the row was fenced
 /// (label `outcome`: fenced; raced: the row changed since it was read, decided next pass).

@@ -183,6 +183,8 @@ pub struct Writer {
     /// Stage 1's dedupe horizon: a flip well inside it may be published again (a duplicate
     /// stage 1 drops), an older one never.
     horizon: Duration,
+    /// The relay's minimum entry age: a flip younger than this has its own entry still.
+    relay_min_age: Duration,
 }
 
 impl Writer {
@@ -220,6 +222,7 @@ impl Writer {
             ),
             max_clock_skew: settings.cql.max_clock_skew,
             horizon: topology.dedupe_ttl,
+            relay_min_age: settings.api.relay_min_age,
             store,
         };
         Ok((writer, session))
@@ -487,12 +490,15 @@ impl Writer {
 
 impl Writer {
     /// Publishes `edge`'s current version for a request that flipped nothing (a keyed retry's
-    /// replay, a no-op) when its flip is younger than half the dedupe horizon: the request
-    /// that made that flip may have given up before its event, and after the row fence no
-    /// relay will publish it (docs/exactness.md, "The row fence"). Stage 1 drops the copy of
-    /// an event it has by op_id; an older flip is not sent, since stage 1 may have forgotten
-    /// it and would count it again. Fire and forget: the answer does not wait, and a failed
-    /// send loses nothing the request had.
+    /// replay, a no-op) when its flip is at least `api.relay_min_age` old and younger than
+    /// half the dedupe horizon: the request that made that flip may have given up before its
+    /// event, and its entry may be gone (docs/exactness.md, "The row fence"). A younger flip
+    /// still has its own request's outbox entry standing for it (cleared only once its event
+    /// is acknowledged; the relay takes none younger than that), so a copy would add nothing
+    /// but load: a double tap or a burst of concurrent likes publishes no copies. Stage 1
+    /// drops the copy of an event it has by op_id; a flip older than half the horizon is not
+    /// sent, since stage 1 may have forgotten it and would count it again. Fire and forget:
+    /// the answer does not wait, and a failed send loses nothing the request had.
     fn republish(
         &self,
         path: &'static str,
@@ -505,8 +511,9 @@ impl Writer {
         let Some(edge) = edge.filter(|e| e.op_id > 0) else {
             return;
         };
+        let age = now_ms().saturating_sub(edge.updated_at_ms);
         let half_horizon = self.horizon.as_millis() as i64 / 2;
-        if now_ms().saturating_sub(edge.updated_at_ms) >= half_horizon {
+        if age < self.relay_min_age.as_millis() as i64 || age >= half_horizon {
             return;
         }
         metrics::counter!(crate::runtime::metrics::API_REPUBLISHED, "path" => path).increment(1);
