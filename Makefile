@@ -172,12 +172,20 @@ chaos-cluster-ci: up-cluster chaos-build ## What CI runs on the replicated stack
 checker: ## Build the history checker of the chaos runs (Go + Porcupine, tools/linearizability) and run its tests
 	cd tools/linearizability && go test ./... && go build -o $(CHECKER) .
 
-# The checker must report a bug: an API that acknowledges 2 % of writes it never makes.
-chaos-selftest: up stack-prune ## A 20 s chaos run with a fail point that loses acknowledged writes: it must FAIL the history check (exit 0 when it does)
+# Each check must report the bug made for it: an API that acknowledges writes it never makes
+# (the history check), and a stage 1 that loses or doubles one delta while committing its
+# state as if sent once (the pipeline-alone and silent-drift checks).
+chaos-selftest: up stack-prune ## Three 20 s chaos runs, each with a fail point that breaks exactness one way: each must FAIL the check made for it (exit 0 when all do)
 	@RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed 9 --runs 1 --seconds 20 --rate 60 --no-faults \
 	  --api-failpoints 'api-lose-write=3%return' --report $(LIKES_CACHE)/chaos-selftest.json; rc=$$?; \
 	python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]["linearizability"]; print("chaos-selftest: illegal edges", r["illegal"], "of", r["edges"]); sys.exit(0 if r["illegal"] > 0 else 1)' $(LIKES_CACHE)/chaos-selftest.json \
 	  && [ $$rc -ne 0 ] && echo "chaos-selftest: the run failed as it must" || { echo "chaos-selftest: the lost writes went unreported" >&2; exit 1; }
+	@for fp in dedupe-drop-delta dedupe-double-delta; do \
+	  RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed 9 --runs 1 --seconds 20 --rate 60 --no-faults \
+	    --stage-failpoints "$$fp=1*return" --report $(LIKES_CACHE)/chaos-selftest-$$fp.json; rc=$$?; \
+	  python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]; v=r["verdict"]; print("chaos-selftest:", sys.argv[2], "pipeline alone exact", r["pipeline_alone_exact"], "silent drift", v["silent_drift"], "drifted items", v["drift_items"]); sys.exit(0 if not r["pipeline_alone_exact"] and v["silent_drift"] > 0 and v["drift_items"] > 0 else 1)' $(LIKES_CACHE)/chaos-selftest-$$fp.json $$fp \
+	    && [ $$rc -ne 0 ] && echo "chaos-selftest: $$fp: the run failed as it must" || { echo "chaos-selftest: $$fp: the miscount went unreported" >&2; exit 1; }; \
+	done
 
 chaos: up stack-prune ## Fault runs: kill -9 of every process, the broker and Cassandra, two reconciles at once, 3 APIs (one skewed) under load; HORIZON=30 for a short dedupe horizon; exact counts or a non-zero exit
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \

@@ -54,12 +54,14 @@ impl Dedupe {
                 mean_event_time_ms: sum.time_sum_ms / i64::from(sum.flips.max(1)),
             };
             let value = records::delta_value(item, sum.delta, sum.earliest_ms, weight);
-            send(
-                &self.producer,
-                BaseRecord::to(&self.deltas_topic)
-                    .key(item.as_bytes())
-                    .payload(&value),
-            )?;
+            for _ in 0..delta_copies() {
+                send(
+                    &self.producer,
+                    BaseRecord::to(&self.deltas_topic)
+                        .key(item.as_bytes())
+                        .payload(&value),
+                )?;
+            }
             self.stats.deltas_out += 1;
             metrics::counter!(m::DELTAS_OUT).increment(1);
         }
@@ -261,4 +263,13 @@ pub(super) fn is_abortable(e: &Error) -> bool {
         }
         _ => false,
     }
+}
+
+/// Chaos self-test (`make chaos-selftest`, docs/testing.md): a delta lost
+/// (`dedupe-drop-delta`) or sent twice (`dedupe-double-delta`) with its state committed as if
+/// sent once, the silent miscount the runs' exactness checks must report. One copy otherwise.
+fn delta_copies() -> usize {
+    fail::fail_point!("dedupe-drop-delta", |_| 0);
+    fail::fail_point!("dedupe-double-delta", |_| 2);
+    1
 }

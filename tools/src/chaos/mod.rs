@@ -96,6 +96,11 @@ pub struct ChaosArgs {
     /// `api-lose-write=2%return` acknowledges writes it never makes, which the run must report.
     #[arg(long)]
     pub api_failpoints: Option<String>,
+    /// Fail points armed in both stage-1 processes (FAILPOINTS syntax; fail-point builds):
+    /// e.g. `dedupe-drop-delta=1*return` loses one delta, which the exactness checks must
+    /// report (`make chaos-selftest`).
+    #[arg(long)]
+    pub stage_failpoints: Option<String>,
 }
 
 /// One run's report.
@@ -303,14 +308,17 @@ async fn run_one(
         apis.push((API_NAMES[k - 2], api_env(e)));
     }
     let mut fleet = Fleet::start(&dir, env.clone(), apis, |name| {
+        let mut own = Vec::new();
         if args.cluster {
-            vec![(
+            own.push((
                 likes_testkit::procs::RUN_AS.to_string(),
                 cluster::gid_of(name).to_string(),
-            )]
-        } else {
-            Vec::new()
+            ));
         }
+        if let (Some(fp), "dedupe" | "dedupe-2") = (&args.stage_failpoints, name) {
+            own.push(("FAILPOINTS".to_string(), fp.clone()));
+        }
+        own
     })?;
     let url = urls[0].clone();
     // Readiness through the APIs only; the stages are supervised from here on.
