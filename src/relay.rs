@@ -42,7 +42,7 @@ use crate::runtime::shutdown::CancellationToken;
 use crate::schema::v1::Source;
 use crate::store::edges::Edges;
 use crate::store::events::Events;
-use crate::store::outbox::{outbox_minute, Named, Outbox, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
+use crate::store::outbox::{outbox_minute, Floor, Named, Outbox, OUTBOX_SCAN_LIMIT, OUTBOX_SHARDS};
 use crate::store::outbox_lease::{Held, Leases};
 use crate::topology::Topology;
 use crate::{cql, hash};
@@ -161,14 +161,28 @@ pub async fn pass(relay: &Relay, min_age: Duration) -> Result<Pass> {
             done.others += 1;
             continue;
         }
-        let Some(floor) = relay.outbox.floor(shard).await? else {
+        let Some(Floor {
+            minute: floor,
+            after: resume,
+        }) = relay.outbox.floor_at(shard).await?
+        else {
             // No floor: no process of this version has written here yet.
             continue;
         };
         let mut left = Vec::new();
         let failed_before = done.failed;
         for minute in floor..=last {
-            let remaining = match drain(relay, shard, minute, cutoff, &mut done).await {
+            // The floor minute from where the last drain of it left off, once it has settled:
+            // the tombstones before that are not read again (issue 56).
+            let from = Start {
+                after: if minute == floor {
+                    resume.clone()
+                } else {
+                    None
+                },
+                keep: (minute == floor && minute < settled).then_some(floor),
+            };
+            let remaining = match drain(relay, shard, minute, cutoff, from, &mut done).await {
                 Ok(remaining) => remaining,
                 Err(e) => {
                     done.failed += 1;
@@ -181,7 +195,8 @@ pub async fn pass(relay: &Relay, min_age: Duration) -> Result<Pass> {
         }
         let next = next_floor(floor, &left, settled);
         if next > floor {
-            relay.outbox.set_floor(shard, next).await?;
+            // Conditional: never backwards, whatever another relay did meanwhile.
+            relay.outbox.advance_floor(shard, next).await?;
         }
         if done.failed > failed_before {
             // Another relay may reach what this one cannot (a broker it cannot see).
@@ -206,6 +221,17 @@ fn next_floor(floor: i64, left: &[(i64, usize)], settled: i64) -> i64 {
     next
 }
 
+/// Where a drain of one (shard, minute) starts, and whether it records how far it got.
+struct Start {
+    /// The clustering position to read after (None: the partition's start).
+    after: Option<Named>,
+    /// Some(floor minute) when this is the shard's settled floor minute: each page cleared
+    /// whole, with nothing left before it, moves the floor's resume position past it, so a
+    /// drain cut short (a kill, a broker away) does not leave tombstones every later pass and
+    /// cut must read again until Cassandra refuses the read (issue 56).
+    keep: Option<i64>,
+}
+
 /// Publishes and clears the due entries of one (shard, minute), page by page from clustering
 /// positions (a page never reads again the rows, or the tombstones, before it); returns how
 /// many entries remain there (not yet due, or another region's).
@@ -214,10 +240,11 @@ async fn drain(
     shard: i32,
     minute: i64,
     cutoff: i64,
+    from: Start,
     done: &mut Pass,
 ) -> Result<usize> {
     let mut remaining = 0;
-    let mut after: Option<Named> = None;
+    let mut after: Option<Named> = from.after;
     loop {
         let entries = relay
             .outbox
@@ -240,6 +267,13 @@ async fn drain(
         if !full {
             return Ok(remaining);
         }
+        if let (Some(floor), 0, Some(at)) = (from.keep, remaining, &after) {
+            relay.outbox.set_resume(shard, floor, at).await?;
+        }
+        // Fault-test hook: a drain cut short after a page (tests/relay_tombstones.rs).
+        fail::fail_point!("relay-after-page", |_| Err(crate::error::Error::Injected(
+            "relay-after-page"
+        )));
     }
 }
 

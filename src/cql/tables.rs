@@ -81,11 +81,20 @@ pub const TABLES: &[TableSpec] = &[
     },
     TableSpec {
         name: "outbox_floor",
-        columns: &[("shard", "int"), ("minute", "bigint")],
+        // after_*: within the floor minute, once settled, the clustering position up to which
+        // every entry is deleted: passes and cuts start after it, past the tombstones of an
+        // interrupted drain (issue 56; added after v1.1: `likes migrate` adds them).
+        columns: &[
+            ("shard", "int"),
+            ("minute", "bigint"),
+            ("after_item", "text"),
+            ("after_user", "text"),
+            ("after_entry", "text"),
+        ],
         partition_key: &["shard"],
         clustering: &[],
         options: "",
-        purpose: "per outbox shard, the oldest minute that may hold an entry; the relay starts there",
+        purpose: "per outbox shard, the oldest minute that may hold an entry and where in it the live entries start; the relay starts there",
     },
     TableSpec {
         name: "outbox_lease",

@@ -295,14 +295,21 @@ impl Pipeline {
             .await
     }
 
-    /// Outbox entries created before `k` (a full scan partition counts as unknown: 1).
+    /// Outbox entries created before `k` (a full scan partition counts as unknown: 1). The
+    /// floor minute is read from the relay's resume position in it: the tombstones of a
+    /// drain cut short are not read again (issue 56).
     async fn outbox_before(&self, k: i64) -> Result<usize> {
         let last = outbox_minute(k);
         let mut n = 0;
         for shard in 0..OUTBOX_SHARDS as i32 {
-            let floor = self.stores.outbox.floor(shard).await?.unwrap_or(last);
-            for minute in floor.min(last)..=last {
-                let entries = self.stores.outbox.scan(shard, minute).await?;
+            let floor = self.stores.outbox.floor_at(shard).await?;
+            let first = floor.as_ref().map_or(last, |f| f.minute.min(last));
+            for minute in first..=last {
+                let after = floor
+                    .as_ref()
+                    .filter(|f| f.minute == minute)
+                    .and_then(|f| f.after.as_ref());
+                let entries = self.stores.outbox.scan_page(shard, minute, after).await?;
                 if entries.len() >= OUTBOX_SCAN_LIMIT {
                     n += 1;
                 }

@@ -67,7 +67,17 @@ pub struct Outbox {
     scan_after: PreparedStatement,
     floor_read: PreparedStatement,
     floor_set: PreparedStatement,
+    floor_advance: PreparedStatement,
+    resume_set: PreparedStatement,
     floor_init: PreparedStatement,
+}
+
+/// Where a shard's live entries start: its floor minute, and within it (once settled) the
+/// clustering position up to which every entry is deleted (None: from the start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Floor {
+    pub minute: i64,
+    pub after: Option<Named>,
 }
 
 impl Outbox {
@@ -116,12 +126,38 @@ impl Outbox {
             .await?,
             floor_read: prepare(
                 &session,
-                format!("SELECT minute FROM {ks}.outbox_floor WHERE shard = ?"),
+                format!(
+                    "SELECT minute, after_item, after_user, after_entry FROM {ks}.outbox_floor \
+                     WHERE shard = ?"
+                ),
             )
             .await?,
+            // Every write of a floor row is conditional (the row is made by one, and
+            // ScyllaDB advises against mixing): an operator's set, the relay's advance (never
+            // backwards: a relay that paused past its lease cannot move it back), the resume
+            // position (only while the floor is still the minute it was found in).
             floor_set: prepare(
                 &session,
-                format!("UPDATE {ks}.outbox_floor SET minute = ? WHERE shard = ?"),
+                format!(
+                    "UPDATE {ks}.outbox_floor SET minute = ?, after_item = null, \
+                     after_user = null, after_entry = null WHERE shard = ? IF EXISTS"
+                ),
+            )
+            .await?,
+            floor_advance: prepare(
+                &session,
+                format!(
+                    "UPDATE {ks}.outbox_floor SET minute = ?, after_item = null, \
+                     after_user = null, after_entry = null WHERE shard = ? IF minute < ?"
+                ),
+            )
+            .await?,
+            resume_set: prepare(
+                &session,
+                format!(
+                    "UPDATE {ks}.outbox_floor SET after_item = ?, after_user = ?, after_entry = ? \
+                     WHERE shard = ? IF minute = ?"
+                ),
             )
             .await?,
             floor_init,
@@ -278,19 +314,75 @@ impl Outbox {
 
     /// The shard's floor minute; None before any process of this version wrote there.
     pub async fn floor(&self, shard: i32) -> Result<Option<i64>> {
-        Ok(self
+        Ok(self.floor_at(shard).await?.map(|f| f.minute))
+    }
+
+    /// The shard's floor and resume position; None before any process of this version wrote
+    /// there.
+    pub async fn floor_at(&self, shard: i32) -> Result<Option<Floor>> {
+        type Row = (Option<i64>, Option<String>, Option<String>, Option<String>);
+        let row = self
             .session
             .execute_unpaged(&self.floor_read, (shard,))
             .await?
             .into_rows_result()?
-            .maybe_first_row::<(Option<i64>,)>()?
-            .and_then(|r| r.0))
+            .maybe_first_row::<Row>()?;
+        Ok(row.and_then(|(minute, item, user, entry)| {
+            let after = match (item, user, entry) {
+                (Some(item), Some(user), Some(entry)) => Some(Named { item, user, entry }),
+                _ => None,
+            };
+            minute.map(|minute| Floor { minute, after })
+        }))
     }
 
+    /// Sets the shard's floor to `minute`, forwards or back, from its start: an operator's
+    /// (or a test's) write; the relay only ever [`Outbox::advance_floor`]s.
     pub async fn set_floor(&self, shard: i32, minute: i64) -> Result<()> {
-        self.session
-            .execute_unpaged(&self.floor_set, (minute, shard))
+        // The row set if it exists, else made; a row another process made between the two
+        // is set on the next turn.
+        for _ in 0..3 {
+            let set = self
+                .session
+                .execute_unpaged(&self.floor_set, (minute, shard))
+                .await?;
+            if super::not_applied(set)?.is_none() {
+                return Ok(());
+            }
+            let made = self
+                .session
+                .execute_unpaged(&self.floor_init, (shard, minute))
+                .await?;
+            if super::not_applied(made)?.is_none() {
+                return Ok(());
+            }
+        }
+        Err(crate::error::Error::CqlTransient(format!(
+            "outbox shard {shard}: its floor kept changing under the set"
+        )))
+    }
+
+    /// Moves the shard's floor forward to `minute`, from its start; false if it was there or
+    /// past it already (another relay moved it).
+    pub async fn advance_floor(&self, shard: i32, minute: i64) -> Result<bool> {
+        let r = self
+            .session
+            .execute_unpaged(&self.floor_advance, (minute, shard, minute))
             .await?;
-        Ok(())
+        Ok(super::not_applied(r)?.is_none())
+    }
+
+    /// Records that every entry of the shard's floor minute up to `after` (clustering order)
+    /// is deleted, if the floor is still `minute`; false if it moved. Only for a settled
+    /// minute: no entry can be written behind the position later.
+    pub async fn set_resume(&self, shard: i32, minute: i64, after: &Named) -> Result<bool> {
+        let r = self
+            .session
+            .execute_unpaged(
+                &self.resume_set,
+                (&after.item, &after.user, &after.entry, shard, minute),
+            )
+            .await?;
+        Ok(super::not_applied(r)?.is_none())
     }
 }
