@@ -58,23 +58,36 @@ impl Drop for Threshold {
     }
 }
 
+/// A namespace, its relay, and a minute long settled (past every entry's minimum age) with
+/// every shard's floor at it; the time its entries are written at.
+async fn settled(
+    base: &str,
+) -> (
+    likes::config::Settings,
+    likes::topology::Topology,
+    Relay,
+    i64,
+    i64,
+) {
+    let settings = common::settings(base);
+    let topology = likes::topology::Topology::load(None).unwrap();
+    common::topology::setup(&settings, &topology).await;
+    let relay = Relay::connect(&settings, &topology).await.unwrap();
+    let minute = outbox_minute(likes::runtime::clock::now_ms()) - 5;
+    for shard in 0..OUTBOX_SHARDS as i32 {
+        relay.outbox.set_floor(shard, minute).await.unwrap();
+    }
+    (settings, topology, relay, minute, minute * 60_000 + 1_000)
+}
+
 /// The threshold is the whole Cassandra's: the tests that lower it take turns.
 static LOWERED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tombstone_heavy_outbox_partition_stalls_neither_its_shard_nor_the_others() {
     let _turn = LOWERED.lock().await;
-    let settings = common::settings("relaytomb");
-    let topology = likes::topology::Topology::load(None).unwrap();
-    common::topology::setup(&settings, &topology).await;
-    let relay = Relay::connect(&settings, &topology).await.unwrap();
+    let (settings, topology, relay, minute, at) = settled("relaytomb").await;
     let outbox = &relay.outbox;
-    // A minute long settled, past every entry's minimum age; every shard's floor at it.
-    let minute = outbox_minute(likes::runtime::clock::now_ms()) - 5;
-    let at = minute * 60_000 + 1_000;
-    for shard in 0..OUTBOX_SHARDS as i32 {
-        outbox.set_floor(shard, minute).await.unwrap();
-    }
     let put = |shard: i32, n: usize, tag: &'static str| {
         futures::stream::iter(0..n)
             .map(move |i| async move {
@@ -158,16 +171,8 @@ async fn a_tombstone_heavy_outbox_partition_stalls_neither_its_shard_nor_the_oth
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_drain_cut_short_resumes_past_its_own_tombstones() {
     let _turn = LOWERED.lock().await;
-    let settings = common::settings("relayresume");
-    let topology = likes::topology::Topology::load(None).unwrap();
-    common::topology::setup(&settings, &topology).await;
-    let relay = Relay::connect(&settings, &topology).await.unwrap();
+    let (settings, topology, relay, minute, at) = settled("relayresume").await;
     let outbox = &relay.outbox;
-    let minute = outbox_minute(likes::runtime::clock::now_ms()) - 5;
-    let at = minute * 60_000 + 1_000;
-    for shard in 0..OUTBOX_SHARDS as i32 {
-        outbox.set_floor(shard, minute).await.unwrap();
-    }
     // 1,500 due entries of 15 edges that never flipped (the relay fences each edge and
     // deletes its entries unpublished: one read and one fence per edge and page).
     futures::stream::iter(0..1_500)
