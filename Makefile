@@ -161,11 +161,11 @@ down-cluster: ## Stop the replicated stack
 	@stack/cluster.sh down
 
 # `make chaos-cluster RUNS=20 SEED=1`: seeds SEED..SEED+RUNS-1 on the replicated stack.
-chaos-cluster: up-cluster chaos-build ## Fault runs on the replicated stack: leader bounces, a Cassandra node killed, partitions, pauses, clock skews; every edge's history checked for linearizability
+chaos-cluster: up-cluster chaos-build ## Fault runs on the replicated stack: leader bounces, a Cassandra node killed, partitions, pauses, clock skews, a write landing late; every edge's history checked for linearizability (MAX_SKEW=2: the product's default margins)
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --cluster --seed $(SEED) --runs $(RUNS) --seconds $(SECONDS_PER_RUN) --rate $(RATE) \
-	  --report $(LIKES_CACHE)/chaos-cluster-report.json
+	  $(if $(MAX_SKEW),--max-skew-s $(MAX_SKEW)) --report $(LIKES_CACHE)/chaos-cluster-report.json
 
-chaos-cluster-ci: up-cluster chaos-build ## What CI runs on the replicated stack: one seed of 90 s at 40/s with a leader bounce, a Cassandra node killed, a partition, a pause and a skew
+chaos-cluster-ci: up-cluster chaos-build ## What CI runs on the replicated stack: one seed of 90 s at 40/s with a leader bounce, a Cassandra node killed, a partition, a pause, a skew and a late write
 	RUST_LOG=$${RUST_LOG:-warn,scylla=off,librdkafka=off} $(TOOLS) chaos --cluster --seed $${CHAOS_SEED:-1} --runs 1 --seconds 90 --rate 40 --extra-faults 1 \
 	  --report $(LIKES_CACHE)/chaos-cluster-report.json
 

@@ -118,11 +118,23 @@ pub fn schedule(seed: u64, seconds: f64, extra: usize) -> Vec<Planned> {
 }
 
 /// The schedule of a seed on the replicated stack: a leader bounce, a Cassandra node killed, a
-/// process partitioned, a pause, a skew and a node isolated always (the kinds a kill cannot
-/// make), then `extra`
-/// more of any kind, the single-node faults that still apply included; the skew never
-/// exceeds `max_skew_s`.
-pub fn schedule_cluster(seed: u64, seconds: f64, extra: usize, max_skew_s: i64) -> Vec<Planned> {
+/// process partitioned, a pause, a skew, a node isolated and a late write always (the kinds a
+/// kill cannot make), then `extra` more of any kind, the single-node faults that still apply
+/// included; the skew never exceeds `max_skew_s`.
+///
+/// The late write (issue 56): `api-2` (an API without the relay) partitioned from every node
+/// for longer than `relay_min_age_s`, the relay's margin in force. The compare-and-sets it had
+/// sent when the partition began stall in TCP's retransmits; their requests answer 503 at
+/// their deadline; the relay of `api` takes their outbox entries once they are old enough,
+/// finds no flip and fences the rows; on heal the stalled statements land, a whole margin
+/// late, and must change nothing (docs/exactness.md, "The row fence").
+pub fn schedule_cluster(
+    seed: u64,
+    seconds: f64,
+    extra: usize,
+    max_skew_s: i64,
+    relay_min_age_s: u64,
+) -> Vec<Planned> {
     let mut rng = StdRng::seed_from_u64(seed);
     let any = |rng: &mut StdRng, k: u32| match k {
         0 => Fault::LeaderBounce {
@@ -168,6 +180,10 @@ pub fn schedule_cluster(seed: u64, seconds: f64, extra: usize, max_skew_s: i64) 
         let k = rng.random_range(0..9);
         faults.push(any(&mut rng, k));
     }
+    faults.push(Fault::Partition {
+        process: "api-2",
+        heal_s: relay_min_age_s + rng.random_range(5..=10),
+    });
     spread(faults, seconds, &mut rng)
 }
 
@@ -448,8 +464,8 @@ mod tests {
     #[test]
     fn a_cluster_seed_always_has_each_kind_a_kill_cannot_make_and_skews_within_the_bound() {
         for seed in 1..50 {
-            let a = schedule_cluster(seed, 90.0, 2, 10);
-            let b = schedule_cluster(seed, 90.0, 2, 10);
+            let a = schedule_cluster(seed, 90.0, 2, 10, 36);
+            let b = schedule_cluster(seed, 90.0, 2, 10, 36);
             assert_eq!(
                 a.iter()
                     .map(|p| (p.at_s, p.fault.clone()))
@@ -458,7 +474,11 @@ mod tests {
                     .map(|p| (p.at_s, p.fault.clone()))
                     .collect::<Vec<_>>()
             );
-            assert_eq!(a.len(), 8);
+            assert_eq!(a.len(), 9);
+            assert!(
+                a.iter().any(|p| matches!(p.fault, Fault::Partition { process: "api-2", heal_s } if heal_s > 36)),
+                "a late write: an API partitioned past the relay's margin"
+            );
             assert!(a.iter().any(|p| matches!(p.fault, Fault::Isolate { .. })));
             assert!(a
                 .iter()

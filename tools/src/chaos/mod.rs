@@ -334,6 +334,7 @@ async fn run_one(
             args.seconds as f64,
             args.extra_faults,
             args.max_skew_s as i64,
+            settings.api.relay_min_age.as_secs(),
         )
     } else {
         faults::schedule(seed, args.seconds as f64, args.extra_faults)
