@@ -513,9 +513,15 @@ impl Dedupe {
                 self.stats.duplicates += 1;
                 metrics::counter!(m::DUPLICATES).increment(1);
             }
+            Verdict::PreviousHome if replay => {}
             Verdict::PreviousHome => {
                 self.stats.previous_home += 1;
                 metrics::counter!(m::PREVIOUS_HOME_FLIPS).increment(1);
+                // The previous home's pipeline, or the move's recount, counted it if it landed
+                // before the recount's cut; a statement of the old home that landed after it
+                // (issue 56) would be counted nowhere. The recount queue settles the item
+                // either way, so such a flip is recounted, never silent.
+                batch.dead.push(DeadLetter::of(m, "previous_home", "flip from before its range came home to this region: counted by the previous home or by the move's recount unless it landed after that recount's cut; recount the item (likes reconcile --dead-letters)".to_string()));
             }
             Verdict::Expired if replay => {}
             Verdict::Expired => {
@@ -610,13 +616,13 @@ fn summarize_dead_letters(dead: &[DeadLetter]) {
     for (kind, n) in m::DLQ_KINDS.iter().zip(by_kind) {
         metrics::counter!(m::DLQ_RECORDS, "stage" => "dedupe", "kind" => *kind).increment(n);
     }
-    let [invalid, expired, guessed] = by_kind;
+    let [invalid, expired, guessed, previous_home] = by_kind;
     let first = &dead[0];
     if invalid > 0 {
         let bad = dead.iter().find(|d| d.kind == "invalid").unwrap_or(first);
-        warn!(invalid, expired, guessed, partition = bad.partition, offset = bad.offset, reason = %bad.reason, "dead letters in this transaction: a writer sends records stage 1 refuses (the first named)");
+        warn!(invalid, expired, guessed, previous_home, partition = bad.partition, offset = bad.offset, reason = %bad.reason, "dead letters in this transaction: a writer sends records stage 1 refuses (the first named)");
     } else {
-        info!(expired, guessed, partition = first.partition, offset = first.offset, reason = %first.reason, "dead letters in this transaction: flips for the recount queue (likes reconcile --dead-letters)");
+        info!(expired, guessed, previous_home, partition = first.partition, offset = first.offset, reason = %first.reason, "dead letters in this transaction: flips for the recount queue (likes reconcile --dead-letters)");
     }
 }
 

@@ -25,7 +25,8 @@ pub const EXPIRED_FLIPS: &str = "likes_dedupe_expired_flips_total";
 /// Stage 1: flips counted with a guessed baseline (a recount record went to `likes.dlq`).
 pub const GUESSED_FLIPS: &str = "likes_dedupe_guessed_flips_total";
 /// Stage 1: flips from before their range came home to this region (a move's leftovers):
-/// the previous home's to count, not counted here (docs/multi-region.md).
+/// the previous home's to count, not counted here, each a `previous_home` dead letter the
+/// recount queue settles (docs/multi-region.md).
 pub const PREVIOUS_HOME_FLIPS: &str = "likes_dedupe_previous_home_flips_total";
 /// Stage 1: partitions brought in line at assignment (label `how`: kept, its local state
 /// named the committed transaction; restored, rebuilt from the changelog). A restore after
@@ -41,7 +42,7 @@ pub const DLQ_RECORDS: &str = "likes_dlq_records_total";
 /// fault), `expired` (a flip older than the horizon with nothing remembered: most often a
 /// late copy of a flip counted before, e.g. a relay's after an outage), `guessed` (counted on
 /// a guessed baseline: a recount record).
-pub const DLQ_KINDS: [&str; 3] = ["invalid", "expired", "guessed"];
+pub const DLQ_KINDS: [&str; 4] = ["invalid", "expired", "guessed", "previous_home"];
 /// Stage 1: committed transactions.
 pub const TRANSACTIONS: &str = "likes_dedupe_transactions_total";
 /// Stage 2: records read from `likes.deltas`.

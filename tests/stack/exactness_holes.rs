@@ -586,3 +586,77 @@ async fn a_window_change_refuses_only_the_processes_that_cut_windows() {
         .expect("the relay starts with the old window");
     fx::teardown(&settings, &topology).await;
 }
+
+/// Issue 56, item 3: a flip from before its range came home here (a move's leftover, which
+/// the new home's relay publishes) is the previous home's to count, or the move's recount's;
+/// but a statement of the old home that landed after that recount's cut is counted by
+/// neither. Before, stage 1 dropped such a flip without a record: a move could be off by one
+/// for good with no alarm. Now each is a `previous_home` dead letter, which the recount queue
+/// settles (a recount of a correct item corrects nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flip_from_before_its_range_came_home_is_recounted_not_dropped() {
+    let settings = fx::settings("prevhome");
+    let topology = Topology::load(None).unwrap();
+    fx::setup(&settings, &topology).await;
+    let script = fx::script_with(57, 4, 6, 2, "item", now_ms());
+    let want = fx::nonzero(&script.truth);
+    let t = now_ms() - 5_000;
+    let leftover = likes::records::Flip {
+        item: "moved-1",
+        user: "old-home-user",
+        op_id: 1,
+        liked: true,
+        event_time_ms: t,
+        prev_event_time_ms: 0,
+        earlier_event_times_ms: &[],
+        source: likes::schema::v1::Source::Relay,
+        platform: likes::schema::v1::ClientPlatform::Unspecified,
+    }
+    .record_at_home(
+        topology.buckets,
+        likes::records::Home {
+            epoch: 2,
+            since_ms: t + 1_000,
+        },
+    );
+    fx::produce(&settings, &topology, &[leftover]).await;
+    fx::produce(&settings, &topology, &script.records).await;
+
+    let mut run = fx::start(&settings, &topology);
+    let have = fx::wait_for_counts(&mut run, &settings, &want, Duration::from_secs(60)).await;
+    let (d, _) = run.stop().await;
+    assert_eq!(have, want, "the leftover is not counted here");
+    assert_eq!((d.previous_home, d.dead_letters), (1, 1), "{d:?}");
+
+    let dlq: BaseConsumer = kafka::client_config(&settings.kafka)
+        .set("group.id", crate::common::unique("prevhome"))
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    dlq.subscribe(&[&settings.topic(&topology.topics.dlq.name)])
+        .unwrap();
+    let m = tokio::task::block_in_place(|| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(m) = dlq.poll(Duration::from_millis(500)) {
+                break m.unwrap().detach();
+            }
+            assert!(std::time::Instant::now() < deadline, "no dead letter");
+        }
+    });
+    let kind = m
+        .headers()
+        .unwrap()
+        .iter()
+        .find(|h| h.key == "likes.kind")
+        .and_then(|h| h.value)
+        .map(|v| String::from_utf8_lossy(v).into_owned());
+    assert_eq!(kind.as_deref(), Some("previous_home"));
+    assert_eq!(
+        likes::ops::dead_letters::item_of(m.key(), m.payload()).as_deref(),
+        Some("moved-1"),
+        "the recount queue names the item"
+    );
+    fx::teardown(&settings, &topology).await;
+}
