@@ -279,30 +279,8 @@ async fn a_dead_letter_too_large_to_send_never_stops_stage_1() {
     assert_eq!(have, want);
     assert_eq!(d.dead_letters, 1);
 
-    let dlq: BaseConsumer = kafka::client_config(&settings.kafka)
-        .set("group.id", crate::common::unique("bigdlq"))
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .unwrap();
-    dlq.subscribe(&[&settings.topic(&topology.topics.dlq.name)])
-        .unwrap();
-    let m = tokio::task::block_in_place(|| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(m) = dlq.poll(Duration::from_millis(500)) {
-                break m.unwrap().detach();
-            }
-            assert!(std::time::Instant::now() < deadline, "no dead letter");
-        }
-    });
-    let header = |k: &str| {
-        m.headers()
-            .unwrap()
-            .iter()
-            .find(|h| h.key == k)
-            .and_then(|h| h.value)
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-    };
+    let m = first_dead_letter(&settings, &topology);
+    let header = |k: &str| header_of(&m, k);
     assert_eq!(header("likes.payload.bytes").as_deref(), Some("1000000"));
     assert_eq!(
         header("likes.payload.sha256").map(|h| h.len()),
@@ -628,15 +606,30 @@ async fn a_flip_from_before_its_range_came_home_is_recounted_not_dropped() {
     assert_eq!(have, want, "the leftover is not counted here");
     assert_eq!((d.previous_home, d.dead_letters), (1, 1), "{d:?}");
 
+    let m = first_dead_letter(&settings, &topology);
+    assert_eq!(
+        header_of(&m, "likes.kind").as_deref(),
+        Some("previous_home")
+    );
+    assert_eq!(
+        likes::ops::dead_letters::item_of(m.key(), m.payload()).as_deref(),
+        Some("moved-1"),
+        "the recount queue names the item"
+    );
+    fx::teardown(&settings, &topology).await;
+}
+
+/// The first record of the namespace's `likes.dlq`, waited for (30 s at most).
+fn first_dead_letter(settings: &Settings, topology: &Topology) -> rdkafka::message::OwnedMessage {
     let dlq: BaseConsumer = kafka::client_config(&settings.kafka)
-        .set("group.id", crate::common::unique("prevhome"))
+        .set("group.id", crate::common::unique("dlq"))
         .set("auto.offset.reset", "earliest")
         .set("isolation.level", "read_committed")
         .create()
         .unwrap();
     dlq.subscribe(&[&settings.topic(&topology.topics.dlq.name)])
         .unwrap();
-    let m = tokio::task::block_in_place(|| {
+    tokio::task::block_in_place(|| {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(m) = dlq.poll(Duration::from_millis(500)) {
@@ -644,19 +637,14 @@ async fn a_flip_from_before_its_range_came_home_is_recounted_not_dropped() {
             }
             assert!(std::time::Instant::now() < deadline, "no dead letter");
         }
-    });
-    let kind = m
-        .headers()
-        .unwrap()
+    })
+}
+
+/// A header of a record, as text.
+fn header_of(m: &rdkafka::message::OwnedMessage, key: &str) -> Option<String> {
+    m.headers()?
         .iter()
-        .find(|h| h.key == "likes.kind")
+        .find(|h| h.key == key)
         .and_then(|h| h.value)
-        .map(|v| String::from_utf8_lossy(v).into_owned());
-    assert_eq!(kind.as_deref(), Some("previous_home"));
-    assert_eq!(
-        likes::ops::dead_letters::item_of(m.key(), m.payload()).as_deref(),
-        Some("moved-1"),
-        "the recount queue names the item"
-    );
-    fx::teardown(&settings, &topology).await;
+        .map(|v| String::from_utf8_lossy(v).into_owned())
 }
