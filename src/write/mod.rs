@@ -682,9 +682,11 @@ impl Writer {
                 Sent::NotApplied => false,
             };
             if applied {
-                return Ok(match edge {
-                    Some(e) if already => Outcome::Kept(e, remembered),
-                    _ => Outcome::Flipped(to, remembered),
+                return Ok(if already {
+                    // A no-op unlike that made the row keeps `to` (op 0): nothing to publish.
+                    Outcome::Kept(edge.unwrap_or(to), remembered)
+                } else {
+                    Outcome::Flipped(to, remembered)
                 });
             }
             // Lost a race (or the guess was stale): the truth, then either our key (another

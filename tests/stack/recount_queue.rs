@@ -215,8 +215,9 @@ async fn the_queues_cut_is_past_the_latest_event_it_read() {
     let run = fx::start(&settings, &topology);
     let dlq = settings.topic(&topology.topics.dlq.name);
     let p = Pipeline::connect(&settings, &topology).await.unwrap();
-    // Inside the clock bound a writer may be this far ahead of the job.
-    let ahead = likes::runtime::clock::now_ms() + 4_000;
+    // Inside the clock bound a writer may be this far ahead of the job (further, the cut is
+    // clamped to now + 2 × the bound: `dead_letters::cut_floor`).
+    let ahead = likes::runtime::clock::now_ms() + settings.cql.max_clock_skew.as_millis() as i64;
     let event = likes::schema::v1::LikeEvent {
         item_id: "k-a".into(),
         event_time_ms: ahead,
