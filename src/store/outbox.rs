@@ -270,11 +270,6 @@ impl Outbox {
         Ok(())
     }
 
-    /// Up to [`OUTBOX_SCAN_LIMIT`] entries of one (shard, minute).
-    pub async fn scan(&self, shard: i32, minute: i64) -> Result<Vec<Entry>> {
-        self.scan_page(shard, minute, None).await
-    }
-
     /// Up to [`OUTBOX_SCAN_LIMIT`] entries of one (shard, minute), after `after` in clustering
     /// order (from the start without it).
     pub async fn scan_page(

@@ -398,8 +398,8 @@ impl Writer {
         match outcome {
             Outcome::Replay(edge, r) => {
                 // Nothing was written: the entry has nothing to stand for. The request that
-                // wrote the key may have given up before its event (its answer lost, its
-                // entry dropped after the row was fenced): its flip goes out again.
+                // wrote the key may have given up before its event (its answer lost) and its
+                // entry be gone since: its flip goes out again.
                 self.republish("replay", item, user, edge.as_ref(), source, home);
                 self.clears.clear((shard, minute), item, user, &entry);
                 Ok(answer(r))
