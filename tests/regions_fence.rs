@@ -16,9 +16,13 @@ use common::api::{Client, KEY};
 use common::topology as fx;
 use likes::ops::region::Which;
 
+/// Fail points are process-wide: one test of this binary holds them at a time.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 async fn a_write_held_across_a_whole_move_never_lands_after_the_new_home() {
+    let _turn = TURN.lock().await;
     let mut a = common::regions::one_datacenter("fence");
     let topology = likes::topology::Topology::load(None).unwrap();
     fx::setup(&a, &topology).await;
@@ -142,5 +146,92 @@ async fn a_write_held_across_a_whole_move_never_lands_after_the_new_home() {
     // The new home's own flip of it counts from there.
     let (s, e) = api_b.unlike("ned", &item, "k2").await;
     assert_eq!((s.as_u16(), e["opId"].as_i64()), (200, Some(2)), "{e}");
+    fx::teardown(&a, &topology).await;
+}
+
+/// Issue 56, item 3: the check above bounds when the old home *sends* a compare-and-set, not
+/// when it lands. Region-a's unlike is on the wire (fail point `api-cas-in-flight`) when its
+/// deadline answers 503; the range moves; the new home's relay takes region-a's leftover
+/// entry, finds no flip of it on the row and drops it, fencing the row first
+/// (docs/exactness.md, "The row fence"). The statement then lands: it must change nothing,
+/// or the edge would be unliked with no event left to count it, after the move's recount.
+/// With every compare-and-set at `SERIAL` (docs/multi-region.md, "Paxos scope"), the new
+/// home's fence and the old home's round are one Paxos group's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+async fn a_statement_of_the_old_home_that_lands_after_the_new_homes_relay_dropped_its_entry_changes_nothing(
+) {
+    let _turn = TURN.lock().await;
+    let mut a = common::regions::one_datacenter("latemove");
+    let topology = likes::topology::Topology::load(None).unwrap();
+    fx::setup(&a, &topology).await;
+    let (la, lb) = (
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    );
+    let url = |l: &tokio::net::TcpListener| format!("http://{}", l.local_addr().unwrap());
+    let mut b = a.clone();
+    b.region.name = Some("region-b".into());
+    a.region.peers = [("region-b".to_string(), url(&lb))].into();
+    b.region.peers = [("region-a".to_string(), url(&la))].into();
+    likes::ops::region::init(&a, "region-a").await.unwrap();
+    let api_a = std::sync::Arc::new(common::regions::serve(la, &a, &topology, None).await);
+    let api_b = common::regions::serve(lb, &b, &topology, None).await;
+    let item = (0..)
+        .map(|n| format!("late-{n}"))
+        .find(|i| likes::region::range_of(i, 4) == 0)
+        .unwrap();
+    let (s, e) = api_a.like("ned", &item, "k0").await;
+    assert_eq!(s.as_u16(), 200, "{e}");
+
+    // Region-a's unlike: its statement stalls on the wire, its deadline answers.
+    let hold = common::Hold::first_at("api-cas-in-flight");
+    let (landed_tx, landed) = mpsc::channel::<()>();
+    let landed_tx = Mutex::new(landed_tx);
+    fail::cfg_callback("api-cas-landed", move || {
+        let _ = landed_tx.lock().unwrap().send(());
+    })
+    .unwrap();
+    let stale = {
+        let (api_a, item) = (api_a.clone(), item.clone());
+        tokio::spawn(async move { api_a.unlike("ned", &item, "k1").await })
+    };
+    hold.reached().await;
+    let (s, e) = stale.await.unwrap();
+    assert_eq!(s.as_u16(), 503, "the stalled write gives up at its deadline: {e}");
+
+    // The range moves; the new home's relay takes the old home's entry and drops it.
+    common::regions::move_only(&a, Which::Ranges(vec![0]), "region-b")
+        .await
+        .unwrap();
+    let relay_b = likes::relay::Relay::connect(&b, &topology).await.unwrap();
+    let pass = likes::relay::pass(&relay_b, Duration::ZERO).await.unwrap();
+    assert!(
+        pass.stale >= 1 && pass.failed == 0,
+        "the unlike's entry, no flip of it on the row, is dropped by the new home: {pass:?}"
+    );
+
+    // The statement lands now, after the move and the drop.
+    hold.release();
+    tokio::task::spawn_blocking(move || landed.recv_timeout(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("the stalled statement lands");
+    fail::remove("api-cas-landed");
+    let (_, liked) = api_b
+        .get("ned", &format!("/v1/items/{item}/likes/ned"))
+        .await;
+    assert_eq!(
+        liked["liked"],
+        serde_json::json!(true),
+        "a statement aimed before the new home fenced the row must not change it: {liked}"
+    );
+    // The client's keyed retry reaches the new home and is made there, as a new flip.
+    let (s, e) = api_b.unlike("ned", &item, "k1").await;
+    assert_eq!(
+        (s.as_u16(), e["changed"].clone(), e["opId"].as_i64()),
+        (200, serde_json::json!(true), Some(2)),
+        "{e}"
+    );
     fx::teardown(&a, &topology).await;
 }
