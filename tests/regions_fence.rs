@@ -198,7 +198,11 @@ async fn a_statement_of_the_old_home_that_lands_after_the_new_homes_relay_droppe
     };
     hold.reached().await;
     let (s, e) = stale.await.unwrap();
-    assert_eq!(s.as_u16(), 503, "the stalled write gives up at its deadline: {e}");
+    assert_eq!(
+        s.as_u16(),
+        503,
+        "the stalled write gives up at its deadline: {e}"
+    );
 
     // The range moves; the new home's relay takes the old home's entry and drops it.
     common::regions::move_only(&a, Which::Ranges(vec![0]), "region-b")

@@ -120,6 +120,13 @@ pub const API_PUBLISHES_DEFERRED: &str = "likes_api_publishes_deferred_total";
 /// which its own request may never have published, and published the edge's current version
 /// (docs/exactness.md, "The row fence").
 pub const API_REPUBLISHED: &str = "likes_api_republished_total";
+/// API: answered writes by kind (label `kind`: first_like, like_of_row, unlike, keyed_retry,
+/// no_op), and what they cost the database on the answer's path, per kind: the requests
+/// sent, the waits on answers one after the other, the Paxos rounds (src/write/spent.rs).
+pub const WRITES_BY_KIND: &str = "likes_api_writes_by_kind_total";
+pub const WRITE_CQL_REQUESTS: &str = "likes_api_write_cql_requests_total";
+pub const WRITE_CQL_WAITS: &str = "likes_api_write_cql_waits_total";
+pub const WRITE_PAXOS_ROUNDS: &str = "likes_api_write_paxos_rounds_total";
 /// Relay: outbox entries whose requests changed nothing, deleted after the row was fenced
 /// (label `outcome`: fenced; raced: the row changed since it was read, decided next pass).
 pub const RELAY_FENCES: &str = "likes_relay_fences_total";
@@ -310,6 +317,19 @@ fn describe() {
     describe_counter!(
         API_PUBLISHES_DEFERRED,
         "API flips answered without the broker's ack in time, their events left to the relay"
+    );
+    describe_counter!(WRITES_BY_KIND, "Answered writes by kind");
+    describe_counter!(
+        WRITE_CQL_REQUESTS,
+        "CQL requests the answered writes of a kind sent on their answers' path"
+    );
+    describe_counter!(
+        WRITE_CQL_WAITS,
+        "Waits on CQL answers, one after the other, of the answered writes of a kind"
+    );
+    describe_counter!(
+        WRITE_PAXOS_ROUNDS,
+        "Paxos rounds (compare-and-sets, SERIAL reads) of the answered writes of a kind"
     );
     describe_counter!(
         API_REPUBLISHED,

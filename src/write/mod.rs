@@ -19,6 +19,7 @@
 pub mod cas_done;
 pub mod clears;
 pub mod erased_check;
+pub mod spent;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -322,6 +323,7 @@ impl Writer {
             now,
             started: std::time::Instant::now(),
             epoch: self.routes.as_ref().map(|_| home.epoch),
+            spent: spent::Spent::default(),
         };
         let s = &*self.store;
         let shard = outbox_shard(now);
@@ -334,14 +336,13 @@ impl Writer {
             if let Some(ms) = injected_delay_ms() {
                 tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             }
-            // A like guesses "no row yet" (most likes are first likes): its `IF NOT EXISTS`
-            // answers with the row when the guess is wrong, so it needs no read first.
-            let peek = async {
-                if liked {
-                    return Ok(None);
-                }
-                Ok::<_, WriteError>(s.edges.peek_row(item, req.bucket, user).await?)
-            };
+            // The read that aims the compare-and-set, beside the erasure check (one wait for
+            // both): a like of a row already there (a like again after an unlike, a second
+            // device) then sends the one statement that fits, not an `INSERT` that fails and
+            // a second Paxos round (issue 57: four requests and two rounds before). A keyed
+            // retry finds its key here and sends no compare-and-set at all.
+            let peek =
+                async { Ok::<_, WriteError>(s.edges.peek_row(item, req.bucket, user).await?) };
             // Sessions are stateless tokens: one can outlive its account. A user whose
             // erasure was requested writes nothing more (the erasure's own unlikes are
             // operators').
@@ -358,6 +359,7 @@ impl Writer {
                 }
             };
             let ((), seen) = tokio::try_join!(refuse_erased, peek)?;
+            req.spent.wait(1 + u32::from(source == Source::Api), 0);
             // One request for both: the database's cost of a write is per request as much
             // as per row (docs/design.md, "The database cost of a write").
             if liked {
@@ -370,6 +372,7 @@ impl Writer {
                     .put((shard, minute), item, user, &entry, now)
                     .await?;
             }
+            req.spent.wait(1, 0);
             self.cas(&req, seen).await
         };
         // The deadline bounds how long this request may still send a CAS (the relay waits
@@ -397,6 +400,7 @@ impl Writer {
         )));
         match outcome {
             Outcome::Replay(edge, r) => {
+                req.spent.record(spent::Kind::KeyedRetry);
                 // Nothing was written: the entry has nothing to stand for. The request that
                 // wrote the key may have given up before its event (its answer lost) and its
                 // entry be gone since: its flip goes out again.
@@ -405,6 +409,11 @@ impl Writer {
                 Ok(answer(r))
             }
             Outcome::Flipped(edge, r) => {
+                req.spent.record(match (liked, edge.prev_at_ms) {
+                    (true, 0) => spent::Kind::FirstLike,
+                    (true, _) => spent::Kind::LikeOfRow,
+                    (false, _) => spent::Kind::Unlike,
+                });
                 // A failed publish leaves the outbox entry for the relay.
                 fail::fail_point!("api-after-flip-before-produce", |_| Err(
                     WriteError::RetryWithSameKey(
@@ -472,6 +481,7 @@ impl Writer {
                 Ok(answer(r))
             }
             Outcome::Kept(edge, r) => {
+                req.spent.record(spent::Kind::NoOp);
                 // Nothing of this request's to publish; a failed clear leaves an entry the
                 // relay deletes unpublished once it has fenced the row. The flip this request
                 // found may be one whose own request never published it: out it goes again.
@@ -547,6 +557,8 @@ struct Request<'a> {
     started: std::time::Instant,
     /// With home regions: the epoch of the item's range when the write began.
     epoch: Option<i64>,
+    /// What it cost the database so far (issue 57).
+    spent: spent::Spent,
 }
 
 /// The time a request is stamped with on its edge: its own clock, but never at or before
@@ -663,19 +675,25 @@ impl Writer {
                         // An unlike that creates the row (to hold its key): the user's side
                         // first, as for a like, so that erasure finds every row of the user.
                         edges.index_for_user(req.user, req.item, req.now).await?;
+                        req.spent.wait(1, 0);
                     }
                     Statement::Insert(to)
                 }
                 Some(e) if already => Statement::Keep(e),
                 Some(e) => Statement::Flip(e, to),
             };
-            let applied = match self.send(cas, statement).await? {
+            let sent = self.send(cas, statement).await?;
+            req.spent.wait(1, 1);
+            let applied = match sent {
                 Sent::Applied => true,
                 Sent::InsertFound(row) => {
                     // The row as Paxos saw it: its keys and state decide the next try.
                     seen = match row {
                         Some(row) => Some(row),
-                        None => edges.read_row(req.item, req.bucket, req.user).await?,
+                        None => {
+                            req.spent.wait(1, 1);
+                            edges.read_row(req.item, req.bucket, req.user).await?
+                        }
                     };
                     continue;
                 }
@@ -691,6 +709,7 @@ impl Writer {
             }
             // Lost a race (or the guess was stale): the truth, then either our key (another
             // request with it won: replay) or another try.
+            req.spent.wait(1, 1);
             seen = edges.read_row(req.item, req.bucket, req.user).await?;
         }
         Err(WriteError::RetryWithSameKey(

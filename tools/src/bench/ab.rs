@@ -79,6 +79,59 @@ pub struct Segment {
 pub struct Report {
     pub args: AbArgs,
     pub segments: Vec<Segment>,
+    /// Per build, what its answered writes cost the database by kind, from its own
+    /// `/metrics` over the whole run (a build older than issue 57 exports none).
+    pub costs: Vec<(&'static str, Vec<KindCost>)>,
+}
+
+/// One kind of write's cost per write (src/write/spent.rs).
+#[derive(Debug, Clone)]
+pub struct KindCost {
+    pub kind: String,
+    pub writes: f64,
+    pub requests: f64,
+    pub waits: f64,
+    pub paxos: f64,
+}
+
+/// Scrapes one API's per-kind write costs; the totals over every kind come last, as "all".
+fn kind_costs(port: u16) -> Vec<KindCost> {
+    let m = super::scrape::scrape(port);
+    let get = |name: &str, kind: &str| {
+        m.get(&format!("{name}{{kind=\"{kind}\"}}"))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let mut out: Vec<KindCost> = Vec::new();
+    let mut all = KindCost {
+        kind: "all".into(),
+        writes: 0.0,
+        requests: 0.0,
+        waits: 0.0,
+        paxos: 0.0,
+    };
+    for kind in likes::write::spent::Kind::ALL.map(|k| k.label()) {
+        let writes = get("likes_api_writes_by_kind_total", kind);
+        if writes == 0.0 {
+            continue;
+        }
+        let c = KindCost {
+            kind: kind.into(),
+            writes,
+            requests: get("likes_api_write_cql_requests_total", kind),
+            waits: get("likes_api_write_cql_waits_total", kind),
+            paxos: get("likes_api_write_paxos_rounds_total", kind),
+        };
+        all.writes += c.writes;
+        all.requests += c.requests;
+        all.waits += c.waits;
+        all.paxos += c.paxos;
+        out.push(c);
+    }
+    if all.writes > 0.0 {
+        out.push(all);
+    }
+    out
 }
 
 pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<Report> {
@@ -117,7 +170,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
     {
         let mut s = settings.clone();
         s.api.listen = format!("127.0.0.1:{}", 19500 + i);
-        s.metrics.listen = String::new();
+        s.metrics.listen = format!("127.0.0.1:{}", 19600 + i);
         let extra: Vec<(String, String)> = if name == "candidate" {
             args.candidate_env
                 .iter()
@@ -226,6 +279,10 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
             segments.push(seg);
         }
     }
+    let costs = vec![
+        ("baseline", kind_costs(19600)),
+        ("candidate", kind_costs(19601)),
+    ];
     for mut api in apis {
         stop(&mut api);
     }
@@ -236,6 +293,7 @@ pub async fn run(base: &Settings, topology: &Topology, args: &AbArgs) -> Result<
     Ok(Report {
         args: args.clone(),
         segments,
+        costs,
     })
 }
 
@@ -313,6 +371,32 @@ impl std::fmt::Display for Report {
             fig(mmm(self.ratios(|s| s.p99_ms).into_iter()), 2),
             fig(mmm(self.ratios(|s| s.shed_p99_ms).into_iter()), 2),
             fig(mmm(self.ratios(|s| s.reads_p99_ms).into_iter()), 2)
-        )
+        )?;
+        for (build, costs) in &self.costs {
+            if costs.is_empty() {
+                write!(
+                    f,
+                    "\n\n{build}: no per-kind costs exported (a build before issue 57)"
+                )?;
+                continue;
+            }
+            write!(
+                f,
+                "\n\n{build}, per answered write, by kind (the whole run, warm-up included):\n| kind | writes | CQL requests | sequential waits | Paxos rounds |\n|---|---|---|---|---|"
+            )?;
+            for c in costs {
+                let per = |x: f64| x / c.writes.max(1.0);
+                write!(
+                    f,
+                    "\n| {} | {:.0} | {:.2} | {:.2} | {:.3} |",
+                    c.kind,
+                    c.writes,
+                    per(c.requests),
+                    per(c.waits),
+                    per(c.paxos)
+                )?;
+            }
+        }
+        Ok(())
     }
 }

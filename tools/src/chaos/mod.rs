@@ -489,12 +489,14 @@ async fn run_one(
         &history::checker(args.checker.as_deref()),
     )?;
     say(&format!("chaos: seed {seed}: history: {linearizability}"));
-    let pipeline_alone_exact =
-        drained_alone && verdict.silent_drift == 0 && verdict.stage1_off_queued == 0;
+    let pipeline_alone_exact = drained_alone
+        && verdict.silent_drift == 0
+        && verdict.stage1_off_queued == 0
+        && verdict.off_past_the_premise == 0;
     if !pipeline_alone_exact {
         say(&format!(
-            "chaos: seed {seed}: the pipeline alone was not exact: drained without the recount queue {drained_alone}, stage-1 deltas off on {} items the queue names and {} it does not",
-            verdict.stage1_off_queued, verdict.silent_drift
+            "chaos: seed {seed}: the pipeline alone was not exact: drained without the recount queue {drained_alone}, stage-1 deltas off on {} items the queue names within what their flips explain, {} with a flip published past the horizon (a broker down longer than it), {} silently",
+            verdict.stage1_off_queued, verdict.off_past_the_premise, verdict.silent_drift
         ));
     }
     let passed = verdict.passed()
