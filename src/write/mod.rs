@@ -360,6 +360,17 @@ impl Writer {
             };
             let ((), seen) = tokio::try_join!(refuse_erased, peek)?;
             req.spent.wait(1 + u32::from(source == Source::Api), 0);
+            // A keyed retry whose key the row holds is answered from it (a key on the row was
+            // written by a committed compare-and-set: final): no entry, no statement.
+            let found = seen
+                .as_ref()
+                .and_then(|row| request_keys::lookup(&row.keys, &req.key, req.now));
+            if let Some(r) = found {
+                if r.liked != req.liked {
+                    return Err(WriteError::KeyReused);
+                }
+                return Ok((Outcome::Replay(seen.map(|row| row.edge), r), false));
+            }
             // One request for both: the database's cost of a write is per request as much
             // as per row (docs/design.md, "The database cost of a write").
             if liked {
@@ -373,12 +384,12 @@ impl Writer {
                     .await?;
             }
             req.spent.wait(1, 0);
-            self.cas(&req, seen).await
+            Ok((self.cas(&req, seen).await?, true))
         };
         // The deadline bounds how long this request may still send a CAS (the relay waits
         // longer than it plus one CQL timeout); a CAS already sent may land later still, which
         // the relay's row fence makes fail (docs/exactness.md, "The row fence").
-        let outcome = match tokio::time::timeout(self.deadline, until_cas).await {
+        let (outcome, entry_written) = match tokio::time::timeout(self.deadline, until_cas).await {
             Ok(r) => r?,
             Err(_) => {
                 return Err(WriteError::RetryWithSameKey(format!(
@@ -405,7 +416,9 @@ impl Writer {
                 // wrote the key may have given up before its event (its answer lost) and its
                 // entry be gone since: its flip goes out again.
                 self.republish("replay", item, user, edge.as_ref(), source, home);
-                self.clears.clear((shard, minute), item, user, &entry);
+                if entry_written {
+                    self.clears.clear((shard, minute), item, user, &entry);
+                }
                 Ok(answer(r))
             }
             Outcome::Flipped(edge, r) => {
