@@ -153,6 +153,12 @@ pub struct ApiSettings {
     /// (checked at start).
     #[serde(with = "humantime_serde")]
     pub relay_min_age: Duration,
+    /// How often each API pod reads the erasures of the last minutes into its set of erased
+    /// accounts, so that a write asks the database only about an account in the set (or
+    /// when the set is five intervals old). "0s": no set, every user's write reads
+    /// `erased_users` (src/write/erased_set.rs).
+    #[serde(with = "humantime_serde")]
+    pub erased_refresh: Duration,
     /// A write that has not finished this long after it started fails with 503; the
     /// client retries with the same key.
     #[serde(with = "humantime_serde")]

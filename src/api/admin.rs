@@ -121,6 +121,7 @@ pub async fn request_erasure(
     let Json(r) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     check_id("userId", &r.user_id)?;
     let e = app.store.erasures.request(&r.user_id, now_ms()).await?;
+    app.writer.note_erased(&r.user_id);
     // The erasure's id finds its user in `erasures`; a log line naming the user would outlive
     // the erasure itself.
     tracing::info!(id = %e.id, "erasure requested");

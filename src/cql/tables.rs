@@ -172,6 +172,21 @@ pub const TABLES: &[TableSpec] = &[
         purpose: "a one-way fingerprint of each erased account: the API refuses writes from sessions that outlived it",
     },
     TableSpec {
+        name: "erasures_by_minute",
+        // The same fingerprints by the minute they were requested, kept a day: what each API
+        // pod reads every `api.erased_refresh` to keep its set of erased accounts current
+        // without a read per write (src/write/erased_set.rs; added after v1.1).
+        columns: &[
+            ("minute", "bigint"),
+            ("user_key", "text"),
+            ("erasure_id", "text"),
+        ],
+        partition_key: &["minute"],
+        clustering: &["user_key"],
+        options: "default_time_to_live = 86400",
+        purpose: "recent erasures by minute: the API pods' refresh of their erased-account sets",
+    },
+    TableSpec {
         name: "ranges",
         // moving_from: set while a move is under way; home_since: when the range's home last
         // began writing it; recount_due: settled, its recount not done yet (store/ranges.rs).

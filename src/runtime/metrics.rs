@@ -123,6 +123,8 @@ pub const API_REPUBLISHED: &str = "likes_api_republished_total";
 /// API: answered writes by kind (label `kind`: first_like, like_of_row, unlike, keyed_retry,
 /// no_op), and what they cost the database on the answer's path, per kind: the requests
 /// sent, the waits on answers one after the other, the Paxos rounds (src/write/spent.rs).
+/// API: erased accounts in this pod's set (src/write/erased_set.rs).
+pub const API_ERASED_SET: &str = "likes_api_erased_set_accounts";
 pub const WRITES_BY_KIND: &str = "likes_api_writes_by_kind_total";
 pub const WRITE_CQL_REQUESTS: &str = "likes_api_write_cql_requests_total";
 pub const WRITE_CQL_WAITS: &str = "likes_api_write_cql_waits_total";
@@ -319,6 +321,10 @@ fn describe() {
         "API flips answered without the broker's ack in time, their events left to the relay"
     );
     describe_counter!(WRITES_BY_KIND, "Answered writes by kind");
+    metrics::describe_gauge!(
+        API_ERASED_SET,
+        "Erased accounts in this API pod's set (its writes by them ask the database)"
+    );
     describe_counter!(
         WRITE_CQL_REQUESTS,
         "CQL requests the answered writes of a kind sent on their answers' path"

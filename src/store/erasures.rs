@@ -45,6 +45,8 @@ pub struct Erasures {
     mark_erased: PreparedStatement,
     erased: PreparedStatement,
     erased_among: PreparedStatement,
+    mark_recent: PreparedStatement,
+    recent: PreparedStatement,
 }
 
 /// The key of a user in `erased_users`: SHA-256 of the id, hex. One-way, so the table that
@@ -147,9 +149,52 @@ impl Erasures {
                 format!("SELECT user_key, erasure_id FROM {ks}.erased_users WHERE user_key IN ?"),
             )
             .await?,
+            mark_recent: prepare(
+                &session,
+                format!(
+                    "INSERT INTO {ks}.erasures_by_minute (minute, user_key, erasure_id) \
+                     VALUES (?, ?, ?)"
+                ),
+            )
+            .await?,
+            recent: prepare(
+                &session,
+                format!("SELECT user_key FROM {ks}.erasures_by_minute WHERE minute = ?"),
+            )
+            .await?,
             session,
             ks: ks.to_string(),
         })
+    }
+
+    /// Every erased account's fingerprint (a full read of `erased_users`, paged: one row per
+    /// deleted account), for an API pod's set at its start.
+    pub async fn all_keys(&self) -> Result<Vec<String>> {
+        let mut rows = self
+            .session
+            .query_iter(format!("SELECT user_key FROM {}.erased_users", self.ks), ())
+            .await?
+            .rows_stream::<(String,)>()?;
+        let mut out = Vec::new();
+        while let Some((key,)) = rows.try_next().await? {
+            out.push(key);
+        }
+        Ok(out)
+    }
+
+    /// The fingerprints of the erasures requested in `minute` (Unix ms / 60,000).
+    pub async fn keys_in_minute(&self, minute: i64) -> Result<Vec<String>> {
+        let rows = self
+            .session
+            .execute_unpaged(&self.recent, (minute,))
+            .await?
+            .into_rows_result()?;
+        Ok(rows
+            .rows::<(String,)>()?
+            .collect::<std::result::Result<Vec<_>, _>>()?
+            .into_iter()
+            .map(|r| r.0)
+            .collect())
     }
 
     /// The erasure of `user`'s account, if one was requested (pending, under way or done):
@@ -228,6 +273,11 @@ impl Erasures {
                 &self.mark_erased,
                 (user_key(user), &id, CqlTimestamp(now_ms)),
             )
+            .await?;
+        // And by minute, for the API pods' sets (write/erased_set.rs): a pod refuses the
+        // user within one refresh of this write.
+        self.session
+            .execute_unpaged(&self.mark_recent, (now_ms / 60_000, user_key(user), &id))
             .await?;
         self.session
             .execute_unpaged(&self.insert, (&id, user, CqlTimestamp(now_ms)))

@@ -2,7 +2,9 @@
 //! a check is with the database, the checks that arrive queue, and the next request asks for
 //! all of them at once (`user_key IN ?`). A lone write waits for nothing extra; under load
 //! one request answers many writes (docs/design.md, "The database cost of a write": the
-//! database's cost is per request as much as per row).
+//! database's cost is per request as much as per row). With the pod's set of erased
+//! accounts (`api.erased_refresh`, erased_set.rs), only a write by an account in the set, or
+//! any write while the set is not current, asks.
 
 use std::sync::Arc;
 
@@ -27,14 +29,28 @@ type Answer = oneshot::Sender<std::result::Result<Option<String>, String>>;
 #[derive(Clone)]
 pub struct ErasedCheck {
     tx: mpsc::UnboundedSender<(String, Answer)>,
+    set: Option<Arc<super::erased_set::ErasedSet>>,
 }
 
 impl ErasedCheck {
-    /// Starts the task that asks the database (needs a tokio runtime).
-    pub fn spawn(store: Arc<Stores>) -> Self {
+    /// Starts the task that asks the database (needs a tokio runtime) and, with `set`, the
+    /// pod's set of erased accounts that spares the asking.
+    pub fn spawn(store: Arc<Stores>, set: Option<Arc<super::erased_set::ErasedSet>>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(store, rx));
-        Self { tx }
+        Self { tx, set }
+    }
+
+    /// True when the pod's set says `user` was not erased, and is current: no need to ask.
+    pub fn known_clear(&self, user: &str) -> bool {
+        self.set.as_ref().is_some_and(|s| s.known_clear(user))
+    }
+
+    /// An erasure this pod recorded: its set refuses the account from now on.
+    pub fn note(&self, user: &str) {
+        if let Some(set) = &self.set {
+            set.note(user);
+        }
     }
 
     /// The erasure that took `user`'s account, if one did.

@@ -19,6 +19,7 @@
 pub mod cas_done;
 pub mod clears;
 pub mod erased_check;
+pub mod erased_set;
 pub mod spent;
 
 use std::sync::Arc;
@@ -199,6 +200,13 @@ impl Writer {
         let store = Arc::new(Stores::prepare(&session, &settings.cql.keyspace).await?);
         store.outbox.init_floors().await?;
         let routes = Routes::for_process(&session, settings).await?;
+        // Loaded before the writer exists, so before the pod serves.
+        let erased = match settings.api.erased_refresh {
+            d if d.is_zero() => None,
+            d => Some(
+                erased_set::ErasedSet::start(store.clone(), d, settings.cql.max_clock_skew).await?,
+            ),
+        };
         // A refusal's series exist from the start, so a rule's increase() sees the first one.
         for reason in ["not_home", "range_closed", "clock_off"] {
             metrics::counter!("likes_api_writes_refused_total", "reason" => reason).increment(0);
@@ -215,7 +223,7 @@ impl Writer {
             routes,
             clears: clears::Clears::spawn(store.clone()),
             acks: tokio_util::task::TaskTracker::new(),
-            erased_check: erased_check::ErasedCheck::spawn(store.clone()),
+            erased_check: erased_check::ErasedCheck::spawn(store.clone(), erased),
             clock: crate::cql::clock::ClockWatch::spawn(
                 session.clone(),
                 settings.cql.max_clock_skew,
@@ -239,6 +247,12 @@ impl Writer {
         self.acks.reopen();
         self.clears.flush().await;
         all
+    }
+
+    /// An erasure this process recorded: its writes refuse the account from now on (the
+    /// other pods' sets learn it within `api.erased_refresh`).
+    pub fn note_erased(&self, user: &str) {
+        self.erased_check.note(user);
     }
 
     /// How long an event's ack may take before its publish counts as deferred.
@@ -331,25 +345,44 @@ impl Writer {
         let entry = format!("{:016x}", rand::random::<u64>());
         // The outbox entry and the user's side of a like go before the CAS (the erasure walk
         // may see an extra edge, never miss one), after the check that the account may still
-        // write; the read that aims the CAS travels with that check.
+        // write: with the pod's set of erased accounts, beside the read that aims the CAS
+        // (two waits: that, then the CAS); without it, after the check and the read.
         let until_cas = async {
             if let Some(ms) = injected_delay_ms() {
                 tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             }
-            // The read that aims the compare-and-set, beside the erasure check (one wait for
-            // both): a like of a row already there (a like again after an unlike, a second
-            // device) then sends the one statement that fits, not an `INSERT` that fails and
-            // a second Paxos round (issue 57: four requests and two rounds before). A keyed
-            // retry finds its key here and sends no compare-and-set at all.
+            // The read that aims the compare-and-set: a like of a row already there (a like
+            // again after an unlike, a second device) then sends the one statement that fits,
+            // not an `INSERT` that fails and a second Paxos round (issue 57: four requests and
+            // two rounds before). A keyed retry finds its key here and sends no
+            // compare-and-set at all.
             let peek =
                 async { Ok::<_, WriteError>(s.edges.peek_row(item, req.bucket, user).await?) };
+            // One request for both: the database's cost of a write is per request as much
+            // as per row (docs/design.md, "The database cost of a write").
+            let put = async {
+                if liked {
+                    let by_user = s.edges.index_for_user_statement();
+                    s.outbox
+                        .put_with_user_side(by_user, (shard, minute), item, user, &entry, now)
+                        .await?;
+                } else {
+                    s.outbox
+                        .put((shard, minute), item, user, &entry, now)
+                        .await?;
+                }
+                Ok::<_, WriteError>(())
+            };
             // Sessions are stateless tokens: one can outlive its account. A user whose
             // erasure was requested writes nothing more (the erasure's own unlikes are
-            // operators').
+            // operators'). The pod's set answers for all but the accounts in it.
+            if source != Source::Api || self.erased_check.known_clear(user) {
+                // Nothing to wait for before writing: the entry goes beside the read.
+                let (seen, ()) = tokio::try_join!(peek, put)?;
+                req.spent.wait(2, 0);
+                return Ok((self.cas(&req, seen).await?, true));
+            }
             let refuse_erased = async {
-                if source != Source::Api {
-                    return Ok(());
-                }
                 match self.erased_check.erased(user).await? {
                     Some(id) => Err(WriteError::Erased {
                         user: user.to_string(),
@@ -359,7 +392,7 @@ impl Writer {
                 }
             };
             let ((), seen) = tokio::try_join!(refuse_erased, peek)?;
-            req.spent.wait(1 + u32::from(source == Source::Api), 0);
+            req.spent.wait(2, 0);
             // A keyed retry whose key the row holds is answered from it (a key on the row was
             // written by a committed compare-and-set: final): no entry, no statement.
             let found = seen
@@ -371,18 +404,7 @@ impl Writer {
                 }
                 return Ok((Outcome::Replay(seen.map(|row| row.edge), r), false));
             }
-            // One request for both: the database's cost of a write is per request as much
-            // as per row (docs/design.md, "The database cost of a write").
-            if liked {
-                let by_user = s.edges.index_for_user_statement();
-                s.outbox
-                    .put_with_user_side(by_user, (shard, minute), item, user, &entry, now)
-                    .await?;
-            } else {
-                s.outbox
-                    .put((shard, minute), item, user, &entry, now)
-                    .await?;
-            }
+            put.await?;
             req.spent.wait(1, 0);
             Ok((self.cas(&req, seen).await?, true))
         };

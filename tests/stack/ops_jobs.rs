@@ -820,3 +820,79 @@ async fn a_stage_2_that_joins_right_after_the_rebuilds_mark_makes_it_refuse() {
     drop(joined.lock().unwrap().take());
     fx::teardown(&settings, &topology).await;
 }
+
+/// Issue 57, item 3: each API pod answers "was this account erased?" from its own set,
+/// refreshed every `api.erased_refresh`, so a write by an account erased through another
+/// process may pass until that pod's next refresh. What covers it is the erasure's walk,
+/// which starts after the erasure: it takes that like back, and the counts follow. A pod that
+/// starts after the erasure refuses the account from its first write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_like_inside_the_erased_sets_refresh_gap_is_taken_back_by_the_walk() {
+    let (settings, topology, app, client) = api::serve_with("erasegap", |s| {
+        quick(s);
+        // Loaded at this pod's start and not refreshed within the test: an erasure recorded
+        // by another process after the start stays in the gap a refresh would close.
+        s.api.erased_refresh = Duration::from_secs(3600);
+    })
+    .await;
+    let mut run = fx::start(&settings, &topology);
+    let (s, b) = client.like("gap", "gap-1", "g1").await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    // The erasure, recorded by another process (`likes erase --user`, or another pod).
+    let elsewhere = likes::store::Stores::prepare(&app.session, &settings.cql.keyspace)
+        .await
+        .unwrap();
+    let erasure = elsewhere
+        .erasures
+        .request("gap", likes::runtime::clock::now_ms())
+        .await
+        .unwrap();
+    let (s, b) = client.like("gap", "gap-2", "g2").await;
+    assert_eq!(
+        s,
+        StatusCode::OK,
+        "inside the gap, this pod's set does not know the erasure yet: {b}"
+    );
+    let states = likes_testkit::truth::edge_states(&app.session, &settings.cql.keyspace)
+        .await
+        .unwrap();
+    assert_eq!(
+        states.get(&("gap-2".to_string(), "gap".to_string())),
+        Some(&true)
+    );
+
+    // The erasure's walk takes back both likes, the one from inside the gap included.
+    let job = likes::ops::erase::Eraser::connect(&settings, &topology)
+        .await
+        .unwrap();
+    let report = likes::ops::erase::run(&job, None).await.unwrap();
+    assert_eq!(report.erasures.len(), 1, "{report}");
+    assert_eq!(report.erasures[0].id, erasure.id);
+    assert_eq!(report.erasures[0].unliked, 2, "{report}");
+    let states = likes_testkit::truth::edge_states(&app.session, &settings.cql.keyspace)
+        .await
+        .unwrap();
+    for item in ["gap-1", "gap-2"] {
+        assert_eq!(
+            states.get(&(item.to_string(), "gap".to_string())),
+            Some(&false),
+            "{item}: taken back by the walk"
+        );
+    }
+    let counts = converge(&mut run, &settings, &app).await;
+    assert!(counts.is_empty(), "nothing liked is left: {counts:?}");
+
+    // A pod that starts now loads every erased account: refused from its first write.
+    let (pod, _) = likes::write::Writer::connect(&settings, &topology)
+        .await
+        .unwrap();
+    let refused = pod
+        .write(&likes::write::Write::by_user("gap", "gap-3", true, "g3"))
+        .await;
+    assert!(
+        matches!(refused, Err(likes::write::WriteError::Erased { erasure: ref id, .. }) if *id == erasure.id),
+        "{refused:?}"
+    );
+    run.stop().await;
+    fx::teardown(&settings, &topology).await;
+}
