@@ -60,6 +60,7 @@ async fn migrate_twice_creates_once_and_then_changes_nothing() {
             "edges_by_user",
             "erased_users",
             "erasures",
+            "erasures_by_minute",
             "like_counts",
             "outbox",
             "outbox_floor",
