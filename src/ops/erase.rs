@@ -115,6 +115,12 @@ pub struct Eraser {
     /// How old an erasure's unlikes, and each row's last flip, must be before the purge:
     /// `ops.erase_purge_after` (past the dedupe horizon), never under two relay ages.
     purge_wait: Duration,
+    /// How long after an erasure's request its walk waits: until every API pod's set of
+    /// erased accounts refuses the user (a set is trusted five refreshes), and a write one
+    /// let through before that has sent its compare-and-set (its deadline and one CQL
+    /// timeout), on clocks up to the bound apart (docs/exactness.md, "Erasure"). Zero
+    /// without the sets (`api.erased_refresh = 0s`).
+    settle: Duration,
 }
 
 impl Eraser {
@@ -128,6 +134,14 @@ impl Eraser {
                 .ops
                 .erase_purge_after
                 .max(settings.api.relay_min_age * 2),
+            settle: if settings.api.erased_refresh.is_zero() {
+                Duration::ZERO
+            } else {
+                settings.api.erased_refresh * 5
+                    + settings.api.write_deadline
+                    + settings.cql.request_timeout
+                    + settings.cql.max_clock_skew * 2
+            },
         })
     }
 
@@ -189,6 +203,13 @@ async fn work(job: &Eraser, pace: &Pace, mut e: Erasure, left: &mut Left) -> Res
         return Ok(e);
     };
     if e.state != UNLIKED {
+        // A walk that began before every pod refused the user could pass an item before a
+        // like the pod let through lands on it: that like would stand until the purge.
+        let wait = e.requested_at_ms + job.settle.as_millis() as i64 - now_ms();
+        if wait > 0 {
+            info!(id = %e.id, wait_ms = wait, "erase: waiting for every API pod to refuse the account before the walk");
+            tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        }
         e.state = UNLIKING.into();
         let total = job.store().edges.user_item_count(&user).await?;
         let mut progress = Progress::new(format!("{}: items walked", e.id), Some(total as u64));

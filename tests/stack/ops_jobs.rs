@@ -862,7 +862,11 @@ async fn a_like_inside_the_erased_sets_refresh_gap_is_taken_back_by_the_walk() {
     );
 
     // The erasure's walk takes back both likes, the one from inside the gap included.
-    let job = likes::ops::erase::Eraser::connect(&settings, &topology)
+    // (The job waits for every pod to refuse the account, as configured: the pods' refresh
+    // as deployed, not this test pod's.)
+    let mut as_deployed = settings.clone();
+    as_deployed.api.erased_refresh = Duration::from_millis(200);
+    let job = likes::ops::erase::Eraser::connect(&as_deployed, &topology)
         .await
         .unwrap();
     let report = likes::ops::erase::run(&job, None).await.unwrap();
