@@ -19,11 +19,17 @@ use likes::ops::region::Which;
 /// Fail points are process-wide: one test of this binary holds them at a time.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
-async fn a_write_held_across_a_whole_move_never_lands_after_the_new_home() {
-    let _turn = TURN.lock().await;
-    let mut a = common::regions::one_datacenter("fence");
+/// Region-a and region-b on the dev stack's one datacenter, each naming the other's listener
+/// as its peer; every range homed in region-a.
+async fn two_regions(
+    name: &str,
+) -> (
+    likes::config::Settings,
+    likes::config::Settings,
+    likes::topology::Topology,
+    (tokio::net::TcpListener, tokio::net::TcpListener),
+) {
+    let mut a = common::regions::one_datacenter(name);
     let topology = likes::topology::Topology::load(None).unwrap();
     fx::setup(&a, &topology).await;
     let (la, lb) = (
@@ -34,9 +40,18 @@ async fn a_write_held_across_a_whole_move_never_lands_after_the_new_home() {
     let mut b = a.clone();
     b.region.name = Some("region-b".into());
     a.region.peers = [("region-b".to_string(), url(&lb))].into();
-    let a_url = url(&la);
     b.region.peers = [("region-a".to_string(), url(&la))].into();
     likes::ops::region::init(&a, "region-a").await.unwrap();
+    (a, b, topology, (la, lb))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+async fn a_write_held_across_a_whole_move_never_lands_after_the_new_home() {
+    let _turn = TURN.lock().await;
+    let (a, b, topology, (la, lb)) = two_regions("fence").await;
+    let url = |l: &tokio::net::TcpListener| format!("http://{}", l.local_addr().unwrap());
+    let a_url = url(&la);
     let serve = |s: likes::config::Settings, l: tokio::net::TcpListener| {
         let topology = topology.clone();
         async move {
@@ -162,19 +177,7 @@ async fn a_write_held_across_a_whole_move_never_lands_after_the_new_home() {
 async fn a_statement_of_the_old_home_that_lands_after_the_new_homes_relay_dropped_its_entry_changes_nothing(
 ) {
     let _turn = TURN.lock().await;
-    let mut a = common::regions::one_datacenter("latemove");
-    let topology = likes::topology::Topology::load(None).unwrap();
-    fx::setup(&a, &topology).await;
-    let (la, lb) = (
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-    );
-    let url = |l: &tokio::net::TcpListener| format!("http://{}", l.local_addr().unwrap());
-    let mut b = a.clone();
-    b.region.name = Some("region-b".into());
-    a.region.peers = [("region-b".to_string(), url(&lb))].into();
-    b.region.peers = [("region-a".to_string(), url(&la))].into();
-    likes::ops::region::init(&a, "region-a").await.unwrap();
+    let (a, b, topology, (la, lb)) = two_regions("latemove").await;
     let api_a = std::sync::Arc::new(common::regions::serve(la, &a, &topology, None).await);
     let api_b = common::regions::serve(lb, &b, &topology, None).await;
     let item = (0..)

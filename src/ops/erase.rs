@@ -125,7 +125,11 @@ pub struct Eraser {
 
 impl Eraser {
     pub async fn connect(settings: &Settings, topology: &Topology) -> Result<Self> {
-        let (writer, _session) = Writer::connect(settings, topology).await?;
+        // The job's unlikes are operators', never checked against erased accounts: its writer
+        // loads no set of them (a full read of `erased_users` at every start).
+        let mut own = settings.clone();
+        own.api.erased_refresh = Duration::ZERO;
+        let (writer, _session) = Writer::connect(&own, topology).await?;
         Ok(Self {
             writer,
             buckets: topology.buckets,
